@@ -1,0 +1,139 @@
+//! Commands replicated through the Raft log, and the answers `apply` gives.
+//!
+//! A [`Command`] is one log entry: a leader-stamped time and a batch of [`Op`]s. Batching lets
+//! concurrent client requests share one log entry, one round trip and one fsync; each op still
+//! gets its own [`Outcome`], in order.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView};
+use crate::tenancy::{KeyKind, KeyView, ProjectView};
+use crate::Nanos;
+
+/// One replicated log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// Wall-clock time of the leader that proposed it. Apply uses
+    /// `max(stamp, last applied time)`, so time never runs backwards across leaders.
+    pub stamp: Nanos,
+    /// The operations, applied in order at the same time.
+    pub ops: Vec<Op>,
+}
+
+/// The answer to one [`Op`].
+pub type Outcome = Result<Reply, CoreError>;
+
+/// Everything the state machine can be asked to change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Only advances time: reaps expired §5 leases and forgets lapsed §4 leases.
+    Tick,
+    /// §3: a new tenant.
+    CreateProject { name: String },
+    /// §3/§4/§5: per-project rate limits. `None` leaves a setting unchanged; for the
+    /// hierarchical limit `Some(0)` switches it off.
+    UpdateProject {
+        name: String,
+        lock_ops_per_minute: Option<u32>,
+        hier_ops_per_minute: Option<u32>,
+    },
+    /// §3: registers a key. Only the SHA-256 of the secret enters the state.
+    CreateKey {
+        project: String,
+        key_id: String,
+        kind: KeyKind,
+        scopes: Vec<String>,
+        secret_hash: [u8; 32],
+    },
+    /// §3: revokes a key; it stops working as soon as this is committed.
+    RevokeKey { project: String, key_id: String },
+    /// §4: one call on a named project lock.
+    ProjectLock {
+        project: String,
+        key: String,
+        action: LockAction,
+    },
+    /// §5: one call on the hierarchical API of a project.
+    Hier { project: String, op: HierOp },
+}
+
+/// §4 calls that change state (a read is a query, not a command).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockAction {
+    Acquire { token: u128, ttl_seconds: u64 },
+    Renew { token: u128, ttl_seconds: u64 },
+    Release { token: u128 },
+    ForceRelease,
+}
+
+/// §5 calls that change state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HierOp {
+    CreateNamespace {
+        name: String,
+        description: String,
+        metadata: BTreeMap<String, String>,
+    },
+    UpdateNamespace {
+        name: String,
+        description: String,
+        metadata: BTreeMap<String, String>,
+        expected_version: Option<u64>,
+    },
+    DeleteNamespace {
+        name: String,
+    },
+    CreateLease {
+        namespace: String,
+        lease_id: String,
+        process_id: String,
+        ttl_seconds: u64,
+    },
+    RefreshLease {
+        namespace: String,
+        lease_id: String,
+        ttl_seconds: u64,
+    },
+    RevokeLease {
+        namespace: String,
+        lease_id: String,
+    },
+    /// Non-blocking acquire; the server implements waiting on top of it.
+    AcquireLock {
+        namespace: String,
+        lock_name: String,
+        exclusive: bool,
+        lease_id: String,
+        metadata: BTreeMap<String, String>,
+    },
+    ReleaseLock {
+        namespace: String,
+        lock_name: String,
+        lease_id: String,
+    },
+    DeleteLock {
+        namespace: String,
+        lock_name: String,
+    },
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Nothing to report (tick, revoke, delete, release of a project lock).
+    Done,
+    Project(ProjectView),
+    Key(KeyView),
+    /// §4 acquire/renew: the lease's expiry and fencing token.
+    Lease {
+        expires_at: Nanos,
+        fencing_token: u64,
+    },
+    Namespace(NamespaceView),
+    LockLease(LeaseView),
+    Acquire(AcquireReply),
+    Lock(LockView),
+}

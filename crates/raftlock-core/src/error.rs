@@ -1,0 +1,37 @@
+//! Typed errors of the state machine. The server maps each variant to the status and stable
+//! code of the API that was called (§4 or §5); nothing here knows about HTTP.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a command or query was refused. Refused commands change nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum CoreError {
+    /// Input breaks a validation rule; `field` names the offending field.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// §4: another token's lease is live, or lapsed but not yet takeover-eligible.
+    #[error("lock is held by another owner")]
+    LockHeld,
+    /// §4: the caller's lease lapsed, passed its deadline, or the token is not the owner's.
+    #[error("lock ownership lost")]
+    OwnershipLost,
+    /// Something named does not exist (project, namespace, lease, key).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Creating something whose name is taken.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// A quota would be exceeded.
+    #[error("{0}")]
+    ResourceExhausted(String),
+}
+
+impl CoreError {
+    /// Shorthand for an [`CoreError::Invalid`] error.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        CoreError::Invalid {
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,917 @@
+//! §5 hierarchical locks: namespaces, lock leases and shared/exclusive locks on `/` paths.
+//!
+//! Compatibility: an exclusive hold on P blocks every other lease on P, its ancestors and its
+//! descendants; a shared hold blocks other leases' exclusive locks there. A lease never blocks
+//! itself. Checking ancestors costs O(depth) map lookups; descendants are checked through
+//! per-path counters of the holders strictly below each path (minus the caller's own holds),
+//! so no subtree is scanned unless a conflict exists and blockers must be listed.
+//!
+//! Expired leases are reaped at the start of every apply (through an index ordered by expiry),
+//! so during an apply every stored holder belongs to a live lease. Queries take a `now` and
+//! hide holders whose lease expired after the last apply.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::paging::{paginate, Page};
+use crate::{validate, Nanos, SECOND};
+
+/// Most blocking locks an acquire reports.
+pub const MAX_BLOCKING_LOCKS: usize = 50;
+
+type Result<T> = std::result::Result<T, CoreError>;
+
+/// Quotas of §5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quotas {
+    pub locks_per_namespace: usize,
+    pub leases_per_namespace: usize,
+    pub namespaces_per_project: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            locks_per_namespace: 1_000_000,
+            leases_per_namespace: 1_000_000,
+            namespaces_per_project: 100_000,
+        }
+    }
+}
+
+/// State of a lock as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockState {
+    #[serde(rename = "LOCK_STATE_UNLOCKED")]
+    Unlocked,
+    #[serde(rename = "LOCK_STATE_SHARED_LOCKED")]
+    SharedLocked,
+    #[serde(rename = "LOCK_STATE_EXCLUSIVE_LOCKED")]
+    ExclusiveLocked,
+}
+
+/// Result of an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcquireOutcome {
+    #[serde(rename = "ACQUIRE_OUTCOME_ACQUIRED")]
+    Acquired,
+    #[serde(rename = "ACQUIRE_OUTCOME_UNAVAILABLE")]
+    Unavailable,
+    #[serde(rename = "ACQUIRE_OUTCOME_TIMED_OUT")]
+    TimedOut,
+}
+
+/// What blocked an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContentionReason {
+    #[serde(rename = "CONTENTION_REASON_UNSPECIFIED")]
+    Unspecified,
+    #[serde(rename = "CONTENTION_REASON_PEER")]
+    Peer,
+    #[serde(rename = "CONTENTION_REASON_ANCESTOR")]
+    Ancestor,
+    #[serde(rename = "CONTENTION_REASON_DESCENDANT")]
+    Descendant,
+}
+
+/// One holder as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderView {
+    pub lease_id: String,
+    pub locked_at: Nanos,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A lock as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockView {
+    pub name: String,
+    pub state: LockState,
+    pub locked_at: Nanos,
+    pub last_activity_at: Nanos,
+    pub lock_holders: Vec<HolderView>,
+}
+
+impl LockView {
+    fn unlocked(name: &str) -> Self {
+        LockView {
+            name: name.to_string(),
+            state: LockState::Unlocked,
+            locked_at: 0,
+            last_activity_at: 0,
+            lock_holders: vec![],
+        }
+    }
+}
+
+/// Answer of `AcquireLock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireReply {
+    pub lock: LockView,
+    pub outcome: AcquireOutcome,
+    pub reason: ContentionReason,
+    pub blocking_locks: Vec<LockView>,
+}
+
+/// A lease as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    pub lease_id: String,
+    pub process_id: String,
+    pub created_at: Nanos,
+    pub expires_at: Nanos,
+}
+
+/// A namespace as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceView {
+    pub name: String,
+    pub description: String,
+    pub metadata: BTreeMap<String, String>,
+    pub version: u64,
+    pub created_at: Nanos,
+    pub updated_at: Nanos,
+}
+
+/// Holders strictly below a path, by mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Counts {
+    shared: u32,
+    exclusive: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Holder {
+    exclusive: bool,
+    locked_at: Nanos,
+    metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct LockRecord {
+    /// When the lock went from unlocked to locked.
+    locked_at: Nanos,
+    /// Last acquire or release.
+    last_activity_at: Nanos,
+    /// lease id → its hold. Never empty: a record is dropped with its last holder.
+    holders: BTreeMap<String, Holder>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Lease {
+    process_id: String,
+    created_at: Nanos,
+    expires_at: Nanos,
+    /// lock name → exclusive?; what must be released when the lease ends.
+    holds: BTreeMap<String, bool>,
+    /// This lease's own holders below each path, subtracted from the namespace counters so a
+    /// lease never blocks itself.
+    below: BTreeMap<String, Counts>,
+}
+
+/// One namespace and everything inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespace {
+    description: String,
+    metadata: BTreeMap<String, String>,
+    version: u64,
+    created_at: Nanos,
+    updated_at: Nanos,
+    leases: BTreeMap<String, Lease>,
+    /// Only held locks have a record.
+    locks: BTreeMap<String, LockRecord>,
+    /// All holders strictly below each path (the descendant index).
+    below: BTreeMap<String, Counts>,
+}
+
+/// The proper ancestors of a lock path, nearest last: `a/b/c` → `a`, `a/b`.
+fn ancestors(name: &str) -> impl Iterator<Item = &str> {
+    name.match_indices('/').map(move |(i, _)| &name[..i])
+}
+
+fn bump(map: &mut BTreeMap<String, Counts>, path: &str, exclusive: bool, up: bool) {
+    let c = map.entry(path.to_string()).or_default();
+    let slot = if exclusive {
+        &mut c.exclusive
+    } else {
+        &mut c.shared
+    };
+    *slot = if up {
+        *slot + 1
+    } else {
+        slot.saturating_sub(1)
+    };
+    if *c == Counts::default() {
+        map.remove(path);
+    }
+}
+
+impl Namespace {
+    fn view(&self, name: &str) -> NamespaceView {
+        NamespaceView {
+            name: name.to_string(),
+            description: self.description.clone(),
+            metadata: self.metadata.clone(),
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+
+    fn lease_live(&self, lease_id: &str, now: Nanos) -> bool {
+        self.leases
+            .get(lease_id)
+            .is_some_and(|l| now < l.expires_at)
+    }
+
+    /// The lock as seen at `now`: holders of leases that expired since the last apply are
+    /// hidden (they will be reaped by the next command).
+    fn lock_view(&self, name: &str, now: Nanos) -> LockView {
+        let Some(rec) = self.locks.get(name) else {
+            return LockView::unlocked(name);
+        };
+        let holders: Vec<_> = rec
+            .holders
+            .iter()
+            .filter(|(id, _)| self.lease_live(id, now))
+            .collect();
+        if holders.is_empty() {
+            return LockView {
+                last_activity_at: rec.last_activity_at,
+                ..LockView::unlocked(name)
+            };
+        }
+        let state = if holders.iter().any(|(_, h)| h.exclusive) {
+            LockState::ExclusiveLocked
+        } else {
+            LockState::SharedLocked
+        };
+        LockView {
+            name: name.to_string(),
+            state,
+            locked_at: rec.locked_at,
+            last_activity_at: rec.last_activity_at,
+            lock_holders: holders
+                .into_iter()
+                .map(|(id, h)| HolderView {
+                    lease_id: id.clone(),
+                    locked_at: h.locked_at,
+                    metadata: h.metadata.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn conflicts(rec: &LockRecord, lease_id: &str, exclusive: bool) -> bool {
+        rec.holders
+            .iter()
+            .any(|(id, h)| id != lease_id && (exclusive || h.exclusive))
+    }
+
+    /// Why `lease_id` may not take `name` in the given mode right now, with the blocking
+    /// ancestor or descendant locks (at most 50); `None` when compatible.
+    fn contention(
+        &self,
+        lease_id: &str,
+        name: &str,
+        exclusive: bool,
+        now: Nanos,
+    ) -> Option<(ContentionReason, Vec<LockView>)> {
+        if self
+            .locks
+            .get(name)
+            .is_some_and(|r| Self::conflicts(r, lease_id, exclusive))
+        {
+            return Some((ContentionReason::Peer, vec![]));
+        }
+        let blocking: Vec<_> = ancestors(name)
+            .filter(|a| {
+                self.locks
+                    .get(*a)
+                    .is_some_and(|r| Self::conflicts(r, lease_id, exclusive))
+            })
+            .take(MAX_BLOCKING_LOCKS)
+            .map(|a| self.lock_view(a, now))
+            .collect();
+        if !blocking.is_empty() {
+            return Some((ContentionReason::Ancestor, blocking));
+        }
+        let total = self.below.get(name).copied().unwrap_or_default();
+        let own = self
+            .leases
+            .get(lease_id)
+            .and_then(|l| l.below.get(name).copied())
+            .unwrap_or_default();
+        let others_x = total.exclusive - own.exclusive;
+        let others_s = total.shared - own.shared;
+        let blocked = if exclusive {
+            others_x + others_s > 0
+        } else {
+            others_x > 0
+        };
+        if !blocked {
+            return None;
+        }
+        let prefix = format!("{name}/");
+        let blocking = self
+            .locks
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, r)| Self::conflicts(r, lease_id, exclusive))
+            .take(MAX_BLOCKING_LOCKS)
+            .map(|(k, _)| self.lock_view(k, now))
+            .collect();
+        Some((ContentionReason::Descendant, blocking))
+    }
+
+    /// Adds or removes one hold in both descendant indexes.
+    fn index_hold(&mut self, lease_id: &str, name: &str, exclusive: bool, up: bool) {
+        let lease = self
+            .leases
+            .get_mut(lease_id)
+            .expect("holder's lease exists");
+        for a in ancestors(name) {
+            bump(&mut self.below, a, exclusive, up);
+            bump(&mut lease.below, a, exclusive, up);
+        }
+        if up {
+            lease.holds.insert(name.to_string(), exclusive);
+        } else {
+            lease.holds.remove(name);
+        }
+    }
+
+    /// Removes `lease_id`'s hold on `name` (no-op when it holds nothing there).
+    fn drop_hold(&mut self, lease_id: &str, name: &str, t: Nanos) {
+        let Some(rec) = self.locks.get_mut(name) else {
+            return;
+        };
+        let Some(holder) = rec.holders.remove(lease_id) else {
+            return;
+        };
+        rec.last_activity_at = t;
+        if rec.holders.is_empty() {
+            self.locks.remove(name);
+        }
+        self.index_hold(lease_id, name, holder.exclusive, false);
+    }
+
+    /// Releases every hold of a lease and forgets it.
+    fn end_lease(&mut self, lease_id: &str, t: Nanos) -> Option<Lease> {
+        let names: Vec<String> = self.leases.get(lease_id)?.holds.keys().cloned().collect();
+        for name in names {
+            self.drop_hold(lease_id, &name, t);
+        }
+        self.leases.remove(lease_id)
+    }
+
+    fn acquire(
+        &mut self,
+        lease_id: &str,
+        name: &str,
+        exclusive: bool,
+        metadata: BTreeMap<String, String>,
+        t: Nanos,
+        quotas: &Quotas,
+    ) -> Result<AcquireReply> {
+        if !self.lease_live(lease_id, t) {
+            return Err(CoreError::NotFound("lease".into()));
+        }
+        if let Some((reason, blocking_locks)) = self.contention(lease_id, name, exclusive, t) {
+            return Ok(AcquireReply {
+                lock: self.lock_view(name, t),
+                outcome: AcquireOutcome::Unavailable,
+                reason,
+                blocking_locks,
+            });
+        }
+        if !self.locks.contains_key(name) && self.locks.len() >= quotas.locks_per_namespace {
+            return Err(CoreError::ResourceExhausted(
+                "namespace lock quota reached".into(),
+            ));
+        }
+        let previous = self
+            .locks
+            .get(name)
+            .and_then(|r| r.holders.get(lease_id))
+            .map(|h| h.exclusive);
+        match previous {
+            Some(was) if was != exclusive => {
+                self.index_hold(lease_id, name, was, false);
+                self.index_hold(lease_id, name, exclusive, true);
+            }
+            Some(_) => {}
+            None => self.index_hold(lease_id, name, exclusive, true),
+        }
+        let rec = self
+            .locks
+            .entry(name.to_string())
+            .or_insert_with(|| LockRecord {
+                locked_at: t,
+                last_activity_at: t,
+                holders: BTreeMap::new(),
+            });
+        rec.last_activity_at = t;
+        rec.holders.insert(
+            lease_id.to_string(),
+            Holder {
+                exclusive,
+                locked_at: t,
+                metadata,
+            },
+        );
+        Ok(AcquireReply {
+            lock: self.lock_view(name, t),
+            outcome: AcquireOutcome::Acquired,
+            reason: ContentionReason::Unspecified,
+            blocking_locks: vec![],
+        })
+    }
+}
+
+/// All namespaces of all projects, plus the lease-expiry index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hierarchy {
+    /// project → namespace name → namespace.
+    projects: BTreeMap<String, BTreeMap<String, Namespace>>,
+    /// (expires_at, project, namespace, lease id), ordered by expiry so reaping costs what
+    /// expires, not what exists.
+    by_expiry: BTreeSet<(Nanos, String, String, String)>,
+    pub quotas: Quotas,
+}
+
+fn ns_not_found() -> CoreError {
+    CoreError::NotFound("namespace".into())
+}
+
+fn lease_not_found() -> CoreError {
+    CoreError::NotFound("lease".into())
+}
+
+impl Hierarchy {
+    pub fn with_quotas(quotas: Quotas) -> Self {
+        Hierarchy {
+            quotas,
+            ..Default::default()
+        }
+    }
+
+    fn ns(&self, project: &str, name: &str) -> Result<&Namespace> {
+        self.projects
+            .get(project)
+            .and_then(|p| p.get(name))
+            .ok_or_else(ns_not_found)
+    }
+
+    fn ns_mut(&mut self, project: &str, name: &str) -> Result<&mut Namespace> {
+        self.projects
+            .get_mut(project)
+            .and_then(|p| p.get_mut(name))
+            .ok_or_else(ns_not_found)
+    }
+
+    /// Ends every lease that expired at or before `t`, releasing its holds.
+    pub fn reap(&mut self, t: Nanos) -> usize {
+        let mut reaped = 0;
+        while self.by_expiry.first().is_some_and(|first| first.0 <= t) {
+            let (_, project, ns, lease_id) = self.by_expiry.pop_first().expect("non-empty");
+            if let Ok(namespace) = self.ns_mut(&project, &ns) {
+                namespace.end_lease(&lease_id, t);
+            }
+            reaped += 1;
+        }
+        reaped
+    }
+
+    pub fn create_namespace(
+        &mut self,
+        project: &str,
+        name: &str,
+        description: String,
+        metadata: BTreeMap<String, String>,
+        t: Nanos,
+    ) -> Result<NamespaceView> {
+        validate::simple_name("name", name)?;
+        validate::description(&description)?;
+        validate::metadata(&metadata)?;
+        let quota = self.quotas.namespaces_per_project;
+        let spaces = self.projects.entry(project.to_string()).or_default();
+        if spaces.contains_key(name) {
+            return Err(CoreError::AlreadyExists("namespace".into()));
+        }
+        if spaces.len() >= quota {
+            return Err(CoreError::ResourceExhausted(
+                "project namespace quota reached".into(),
+            ));
+        }
+        let ns = Namespace {
+            description,
+            metadata,
+            version: 1,
+            created_at: t,
+            updated_at: t,
+            leases: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            below: BTreeMap::new(),
+        };
+        let view = ns.view(name);
+        spaces.insert(name.to_string(), ns);
+        Ok(view)
+    }
+
+    pub fn update_namespace(
+        &mut self,
+        project: &str,
+        name: &str,
+        description: String,
+        metadata: BTreeMap<String, String>,
+        expected_version: Option<u64>,
+        t: Nanos,
+    ) -> Result<NamespaceView> {
+        validate::simple_name("namespace_name", name)?;
+        validate::description(&description)?;
+        validate::metadata(&metadata)?;
+        let ns = self.ns_mut(project, name)?;
+        if let Some(expected) = expected_version.filter(|v| *v != 0) {
+            if expected != ns.version {
+                return Err(CoreError::invalid(
+                    "expected_version",
+                    format!(
+                        "is {expected} but the namespace is at version {}",
+                        ns.version
+                    ),
+                ));
+            }
+        }
+        ns.description = description;
+        ns.metadata = metadata;
+        ns.version += 1;
+        ns.updated_at = t;
+        Ok(ns.view(name))
+    }
+
+    /// Deletes a namespace and everything in it; absent is not an error.
+    pub fn delete_namespace(&mut self, project: &str, name: &str) -> Result<()> {
+        validate::simple_name("namespace_name", name)?;
+        let Some(spaces) = self.projects.get_mut(project) else {
+            return Ok(());
+        };
+        let Some(ns) = spaces.remove(name) else {
+            return Ok(());
+        };
+        for (id, lease) in ns.leases {
+            self.by_expiry
+                .remove(&(lease.expires_at, project.to_string(), name.to_string(), id));
+        }
+        if spaces.is_empty() {
+            self.projects.remove(project);
+        }
+        Ok(())
+    }
+
+    pub fn get_namespace(&self, project: &str, name: &str) -> Result<NamespaceView> {
+        validate::simple_name("namespace_name", name)?;
+        Ok(self.ns(project, name)?.view(name))
+    }
+
+    pub fn list_namespaces(
+        &self,
+        project: &str,
+        token: &str,
+        limit: u32,
+    ) -> Result<(Vec<NamespaceView>, String, String)> {
+        let limit = validate::page_limit(limit)?;
+        let empty = BTreeMap::new();
+        let spaces = self.projects.get(project).unwrap_or(&empty);
+        let Page {
+            items,
+            next_token,
+            previous_token,
+        } = paginate(spaces, token, limit, |_| true)?;
+        Ok((
+            items.into_iter().map(|(k, ns)| ns.view(k)).collect(),
+            next_token,
+            previous_token,
+        ))
+    }
+
+    pub fn create_lease(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lease_id: &str,
+        process_id: &str,
+        ttl_seconds: u64,
+        t: Nanos,
+    ) -> Result<LeaseView> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::process_id(process_id)?;
+        validate::lease_ttl(ttl_seconds)?;
+        let quota = self.quotas.leases_per_namespace;
+        let ns = self.ns_mut(project, namespace)?;
+        if ns.leases.contains_key(lease_id) {
+            return Err(CoreError::AlreadyExists("lease".into()));
+        }
+        if ns.leases.len() >= quota {
+            return Err(CoreError::ResourceExhausted(
+                "namespace lease quota reached".into(),
+            ));
+        }
+        let expires_at = t + ttl_seconds as Nanos * SECOND;
+        let lease = Lease {
+            process_id: process_id.to_string(),
+            created_at: t,
+            expires_at,
+            holds: BTreeMap::new(),
+            below: BTreeMap::new(),
+        };
+        ns.leases.insert(lease_id.to_string(), lease);
+        self.by_expiry.insert((
+            expires_at,
+            project.into(),
+            namespace.into(),
+            lease_id.into(),
+        ));
+        Ok(LeaseView {
+            lease_id: lease_id.to_string(),
+            process_id: process_id.to_string(),
+            created_at: t,
+            expires_at,
+        })
+    }
+
+    /// Extends a live lease to `t + ttl`. Expired leases are reaped before any apply, so an
+    /// expired lease is already gone (its holders released) and this answers `not_found`.
+    pub fn refresh_lease(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lease_id: &str,
+        ttl_seconds: u64,
+        t: Nanos,
+    ) -> Result<LeaseView> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lease_ttl(ttl_seconds)?;
+        let ns = self.ns_mut(project, namespace)?;
+        let lease = ns
+            .leases
+            .get_mut(lease_id)
+            .filter(|l| t < l.expires_at)
+            .ok_or_else(lease_not_found)?;
+        let old = lease.expires_at;
+        lease.expires_at = t + ttl_seconds as Nanos * SECOND;
+        let view = LeaseView {
+            lease_id: lease_id.to_string(),
+            process_id: lease.process_id.clone(),
+            created_at: lease.created_at,
+            expires_at: lease.expires_at,
+        };
+        let key = |at| {
+            (
+                at,
+                project.to_string(),
+                namespace.to_string(),
+                lease_id.to_string(),
+            )
+        };
+        self.by_expiry.remove(&key(old));
+        self.by_expiry.insert(key(view.expires_at));
+        Ok(view)
+    }
+
+    pub fn revoke_lease(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lease_id: &str,
+        t: Nanos,
+    ) -> Result<()> {
+        validate::simple_name("namespace_name", namespace)?;
+        let ns = self.ns_mut(project, namespace)?;
+        let lease = ns.end_lease(lease_id, t).ok_or_else(lease_not_found)?;
+        self.by_expiry.remove(&(
+            lease.expires_at,
+            project.into(),
+            namespace.into(),
+            lease_id.into(),
+        ));
+        Ok(())
+    }
+
+    pub fn get_lease(
+        &self,
+        project: &str,
+        namespace: &str,
+        lease_id: &str,
+        now: Nanos,
+    ) -> Result<LeaseView> {
+        validate::simple_name("namespace_name", namespace)?;
+        let ns = self.ns(project, namespace)?;
+        let lease = ns
+            .leases
+            .get(lease_id)
+            .filter(|l| now < l.expires_at)
+            .ok_or_else(lease_not_found)?;
+        Ok(LeaseView {
+            lease_id: lease_id.to_string(),
+            process_id: lease.process_id.clone(),
+            created_at: lease.created_at,
+            expires_at: lease.expires_at,
+        })
+    }
+
+    pub fn list_leases(
+        &self,
+        project: &str,
+        namespace: &str,
+        process_id: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<LeaseView>, String, String)> {
+        validate::simple_name("namespace_name", namespace)?;
+        let limit = validate::page_limit(limit)?;
+        let ns = self.ns(project, namespace)?;
+        let keep =
+            |l: &Lease| now < l.expires_at && (process_id.is_empty() || l.process_id == process_id);
+        let page = paginate(&ns.leases, token, limit, keep)?;
+        let items = page
+            .items
+            .into_iter()
+            .map(|(id, l)| LeaseView {
+                lease_id: id.clone(),
+                process_id: l.process_id.clone(),
+                created_at: l.created_at,
+                expires_at: l.expires_at,
+            })
+            .collect();
+        Ok((items, page.next_token, page.previous_token))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        exclusive: bool,
+        lease_id: &str,
+        metadata: BTreeMap<String, String>,
+        t: Nanos,
+    ) -> Result<AcquireReply> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        validate::metadata(&metadata)?;
+        let quotas = self.quotas;
+        self.ns_mut(project, namespace)?
+            .acquire(lease_id, lock_name, exclusive, metadata, t, &quotas)
+    }
+
+    /// Would `lease_id` be blocked on `lock_name` at `now`? (Used by waiting servers.)
+    pub fn probe(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        exclusive: bool,
+        lease_id: &str,
+        now: Nanos,
+    ) -> Result<Option<AcquireReply>> {
+        let ns = self.ns(project, namespace)?;
+        if !ns.lease_live(lease_id, now) {
+            return Err(lease_not_found());
+        }
+        Ok(ns
+            .contention(lease_id, lock_name, exclusive, now)
+            .map(|(reason, blocking_locks)| AcquireReply {
+                lock: ns.lock_view(lock_name, now),
+                outcome: AcquireOutcome::Unavailable,
+                reason,
+                blocking_locks,
+            }))
+    }
+
+    /// Releases the lease's hold on the lock; releasing what it does not hold is a no-op.
+    pub fn release(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        lease_id: &str,
+        t: Nanos,
+    ) -> Result<LockView> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        let ns = self.ns_mut(project, namespace)?;
+        ns.drop_hold(lease_id, lock_name, t);
+        Ok(ns.lock_view(lock_name, t))
+    }
+
+    /// Drops every holder of the lock; absent is not an error.
+    pub fn delete_lock(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        t: Nanos,
+    ) -> Result<()> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        let ns = self.ns_mut(project, namespace)?;
+        let holders: Vec<String> = ns
+            .locks
+            .get(lock_name)
+            .map(|r| r.holders.keys().cloned().collect())
+            .unwrap_or_default();
+        for lease_id in holders {
+            ns.drop_hold(&lease_id, lock_name, t);
+        }
+        Ok(())
+    }
+
+    pub fn get_lock(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        now: Nanos,
+    ) -> Result<LockView> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        Ok(self.ns(project, namespace)?.lock_view(lock_name, now))
+    }
+
+    /// Held locks only.
+    pub fn list_locks(
+        &self,
+        project: &str,
+        namespace: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<LockView>, String, String)> {
+        validate::simple_name("namespace_name", namespace)?;
+        let limit = validate::page_limit(limit)?;
+        let ns = self.ns(project, namespace)?;
+        let keep = |r: &LockRecord| r.holders.keys().any(|id| ns.lease_live(id, now));
+        let page = paginate(&ns.locks, token, limit, keep)?;
+        let items = page
+            .items
+            .into_iter()
+            .map(|(k, _)| ns.lock_view(k, now))
+            .collect();
+        Ok((items, page.next_token, page.previous_token))
+    }
+
+    /// Counts for metrics: (namespaces, live leases, held locks).
+    pub fn totals(&self) -> (usize, usize, usize) {
+        let spaces = self.projects.values().flat_map(|p| p.values());
+        spaces.fold((0, 0, 0), |(n, l, k), ns| {
+            (n + 1, l + ns.leases.len(), k + ns.locks.len())
+        })
+    }
+
+    /// Every mutual-exclusion invariant, checked from scratch (tests and debug checks):
+    /// no two leases hold incompatible locks on related paths, and the indexes match.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        for (project, spaces) in &self.projects {
+            for (ns_name, ns) in spaces {
+                let mut below: BTreeMap<String, Counts> = BTreeMap::new();
+                for (name, rec) in &ns.locks {
+                    if rec.holders.is_empty() {
+                        return Err(format!("{project}/{ns_name}: empty record {name}"));
+                    }
+                    let x = rec.holders.values().filter(|h| h.exclusive).count();
+                    if x > 0 && rec.holders.len() > 1 {
+                        return Err(format!("{project}/{ns_name}: {name} exclusive with others"));
+                    }
+                    for (id, h) in &rec.holders {
+                        if ns.leases.get(id).and_then(|l| l.holds.get(name)) != Some(&h.exclusive) {
+                            return Err(format!("{name}: holder {id} not mirrored in its lease"));
+                        }
+                        for a in ancestors(name) {
+                            bump(&mut below, a, h.exclusive, true);
+                            if let Some(arec) = ns.locks.get(a) {
+                                if arec
+                                    .holders
+                                    .iter()
+                                    .any(|(aid, ah)| aid != id && (ah.exclusive || h.exclusive))
+                                {
+                                    return Err(format!(
+                                        "{name} held by {id} conflicts with ancestor {a}"
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+                if below != ns.below {
+                    return Err(format!("{project}/{ns_name}: descendant index out of date"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

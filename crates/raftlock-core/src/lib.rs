@@ -1,0 +1,42 @@
+//! # raftlock-core
+//!
+//! The deterministic lock state machine of raftlock. Every rule of the product contract
+//! (`SPEC.md` §3–§5) lives here, once: commands come in, results go out. There is no clock,
+//! no I/O, no randomness and no async in this crate — time arrives inside each [`Command`]
+//! (stamped by the Raft leader) and identifiers such as lease ids are chosen by the proposer.
+//! Feeding the same sequence of commands to two machines therefore yields identical state
+//! and identical answers, which is what lets Raft replicate it.
+//!
+//! ## Layout
+//! - [`command`]: the replicated commands ([`Command`], [`Op`]) and their answers ([`Reply`]).
+//! - [`error`]: the typed errors every rule can produce ([`CoreError`]).
+//! - [`validate`]: the input limits of §4 and §5 (names, TTLs, metadata, pagination).
+//! - [`tenancy`]: projects and API keys (§3) — only hashes of secrets are stored.
+//! - [`project_locks`]: the named leases with fencing tokens of §4.
+//! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of §5.
+//! - [`paging`]: opaque pagination cursors shared by every list call.
+//! - [`machine`]: [`StateMachine`], which owns all of the above, applies commands and
+//!   answers queries.
+//! - [`ratelimit`]: the fixed-window request counter (pure; the server owns the instance).
+//! - [`codec`]: the one place that decides how state and commands become bytes.
+
+pub mod codec;
+pub mod command;
+pub mod error;
+pub mod hierarchy;
+pub mod machine;
+pub mod paging;
+pub mod project_locks;
+pub mod ratelimit;
+pub mod tenancy;
+pub mod validate;
+
+pub use command::{Command, Op, Outcome, Reply};
+pub use error::CoreError;
+pub use machine::{Limits, StateMachine};
+
+/// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.
+pub type Nanos = i64;
+
+/// One second in [`Nanos`].
+pub const SECOND: Nanos = 1_000_000_000;

@@ -1,0 +1,439 @@
+//! [`StateMachine`]: owns every piece of replicated state, applies [`Command`]s and answers
+//! queries. Apply is a pure function of the previous state and the command.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
+use crate::error::CoreError;
+use crate::hierarchy::{Hierarchy, Quotas};
+use crate::project_locks::{LockRead, ProjectLocks};
+use crate::tenancy::{KeyRecord, ProjectSettings, ProjectView};
+use crate::{validate, Nanos};
+
+/// Tunable limits that are part of the replicated state (all nodes must agree on them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub quotas: Quotas,
+}
+
+/// The whole replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateMachine {
+    /// The state machine's clock: the largest command stamp applied so far.
+    time: Nanos,
+    /// §3 tenants by name.
+    projects: BTreeMap<String, ProjectSettings>,
+    /// key id → project name, so authentication finds a key without scanning projects.
+    key_index: BTreeMap<String, String>,
+    /// §4 leases.
+    project_locks: ProjectLocks,
+    /// §5 namespaces, leases and locks.
+    hierarchy: Hierarchy,
+}
+
+/// How a presented credential resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyCheck<'a> {
+    /// No live key matches (unknown id, wrong secret or revoked).
+    Unknown,
+    /// A live key of this project.
+    Known {
+        project: &'a str,
+        key: &'a KeyRecord,
+    },
+}
+
+impl StateMachine {
+    pub fn new(limits: Limits) -> Self {
+        StateMachine {
+            hierarchy: Hierarchy::with_quotas(limits.quotas),
+            ..Default::default()
+        }
+    }
+
+    /// The machine's current time (largest stamp applied).
+    pub fn time(&self) -> Nanos {
+        self.time
+    }
+
+    /// Applies one log entry: advances time, reaps what expired, then runs each op in order.
+    pub fn apply(&mut self, cmd: &Command) -> Vec<Outcome> {
+        self.time = self.time.max(cmd.stamp);
+        let t = self.time;
+        self.project_locks.reap(t);
+        self.hierarchy.reap(t);
+        cmd.ops.iter().map(|op| self.apply_op(op, t)).collect()
+    }
+
+    fn apply_op(&mut self, op: &Op, t: Nanos) -> Outcome {
+        match op {
+            Op::Tick => Ok(Reply::Done),
+            Op::CreateProject { name } => self.create_project(name, t),
+            Op::UpdateProject {
+                name,
+                lock_ops_per_minute,
+                hier_ops_per_minute,
+            } => {
+                let p = self
+                    .projects
+                    .get_mut(name)
+                    .ok_or(CoreError::NotFound("project".into()))?;
+                if let Some(n) = lock_ops_per_minute {
+                    p.lock_ops_per_minute = *n;
+                }
+                if let Some(n) = hier_ops_per_minute {
+                    p.hier_ops_per_minute = *n;
+                }
+                Ok(Reply::Project(p.view(name)))
+            }
+            Op::CreateKey {
+                project,
+                key_id,
+                kind,
+                scopes,
+                secret_hash,
+            } => {
+                if self.key_index.contains_key(key_id) {
+                    return Err(CoreError::AlreadyExists("key".into()));
+                }
+                let p = self
+                    .projects
+                    .get_mut(project)
+                    .ok_or(CoreError::NotFound("project".into()))?;
+                let record = KeyRecord {
+                    key_id: key_id.clone(),
+                    kind: *kind,
+                    scopes: scopes.clone(),
+                    secret_hash: *secret_hash,
+                    revoked: false,
+                    created_at: t,
+                };
+                let view = record.view(project);
+                p.keys.insert(key_id.clone(), record);
+                self.key_index.insert(key_id.clone(), project.clone());
+                Ok(Reply::Key(view))
+            }
+            Op::RevokeKey { project, key_id } => {
+                let key = self
+                    .projects
+                    .get_mut(project)
+                    .and_then(|p| p.keys.get_mut(key_id))
+                    .ok_or(CoreError::NotFound("key".into()))?;
+                key.revoked = true;
+                Ok(Reply::Key(key.view(project)))
+            }
+            Op::ProjectLock {
+                project,
+                key,
+                action,
+            } => self.apply_lock(project, key, action, t),
+            Op::Hier { project, op } => self.apply_hier(project, op, t),
+        }
+    }
+
+    fn create_project(&mut self, name: &str, t: Nanos) -> Outcome {
+        validate::simple_name("name", name)?;
+        if self.projects.contains_key(name) {
+            return Err(CoreError::AlreadyExists("project".into()));
+        }
+        let settings = ProjectSettings::new(t);
+        let view = settings.view(name);
+        self.projects.insert(name.to_string(), settings);
+        Ok(Reply::Project(view))
+    }
+
+    fn apply_lock(&mut self, project: &str, key: &str, action: &LockAction, t: Nanos) -> Outcome {
+        let locks = &mut self.project_locks;
+        let lease = |(expires_at, fencing_token)| Reply::Lease {
+            expires_at,
+            fencing_token,
+        };
+        match *action {
+            LockAction::Acquire { token, ttl_seconds } => locks
+                .acquire(project, key, token, ttl_seconds, t)
+                .map(lease),
+            LockAction::Renew { token, ttl_seconds } => {
+                locks.renew(project, key, token, ttl_seconds, t).map(lease)
+            }
+            LockAction::Release { token } => {
+                locks.release(project, key, token, t).map(|_| Reply::Done)
+            }
+            LockAction::ForceRelease => locks.force_release(project, key).map(|_| Reply::Done),
+        }
+    }
+
+    fn apply_hier(&mut self, project: &str, op: &HierOp, t: Nanos) -> Outcome {
+        let h = &mut self.hierarchy;
+        match op {
+            HierOp::CreateNamespace {
+                name,
+                description,
+                metadata,
+            } => h
+                .create_namespace(project, name, description.clone(), metadata.clone(), t)
+                .map(Reply::Namespace),
+            HierOp::UpdateNamespace {
+                name,
+                description,
+                metadata,
+                expected_version,
+            } => h
+                .update_namespace(
+                    project,
+                    name,
+                    description.clone(),
+                    metadata.clone(),
+                    *expected_version,
+                    t,
+                )
+                .map(Reply::Namespace),
+            HierOp::DeleteNamespace { name } => {
+                h.delete_namespace(project, name).map(|_| Reply::Done)
+            }
+            HierOp::CreateLease {
+                namespace,
+                lease_id,
+                process_id,
+                ttl_seconds,
+            } => h
+                .create_lease(project, namespace, lease_id, process_id, *ttl_seconds, t)
+                .map(Reply::LockLease),
+            HierOp::RefreshLease {
+                namespace,
+                lease_id,
+                ttl_seconds,
+            } => h
+                .refresh_lease(project, namespace, lease_id, *ttl_seconds, t)
+                .map(Reply::LockLease),
+            HierOp::RevokeLease {
+                namespace,
+                lease_id,
+            } => h
+                .revoke_lease(project, namespace, lease_id, t)
+                .map(|_| Reply::Done),
+            HierOp::AcquireLock {
+                namespace,
+                lock_name,
+                exclusive,
+                lease_id,
+                metadata,
+            } => h
+                .acquire(
+                    project,
+                    namespace,
+                    lock_name,
+                    *exclusive,
+                    lease_id,
+                    metadata.clone(),
+                    t,
+                )
+                .map(Reply::Acquire),
+            HierOp::ReleaseLock {
+                namespace,
+                lock_name,
+                lease_id,
+            } => h
+                .release(project, namespace, lock_name, lease_id, t)
+                .map(Reply::Lock),
+            HierOp::DeleteLock {
+                namespace,
+                lock_name,
+            } => h
+                .delete_lock(project, namespace, lock_name, t)
+                .map(|_| Reply::Done),
+        }
+    }
+
+    // ---- queries -------------------------------------------------------------------------
+
+    /// The time a query issued at wall-clock `now` should be judged at: never earlier than
+    /// what the machine has already applied.
+    pub fn query_time(&self, now: Nanos) -> Nanos {
+        now.max(self.time)
+    }
+
+    /// Resolves a key id and the SHA-256 of the presented secret.
+    pub fn check_key(&self, key_id: &str, secret_hash: &[u8; 32]) -> KeyCheck<'_> {
+        let Some(project) = self.key_index.get(key_id) else {
+            return KeyCheck::Unknown;
+        };
+        let Some(key) = self.projects.get(project).and_then(|p| p.keys.get(key_id)) else {
+            return KeyCheck::Unknown;
+        };
+        if key.revoked || !key.hash_matches(secret_hash) {
+            return KeyCheck::Unknown;
+        }
+        KeyCheck::Known { project, key }
+    }
+
+    pub fn project(&self, name: &str) -> Option<ProjectView> {
+        self.projects.get(name).map(|p| p.view(name))
+    }
+
+    pub fn projects(&self) -> Vec<ProjectView> {
+        self.projects.iter().map(|(n, p)| p.view(n)).collect()
+    }
+
+    /// (§4 limit, §5 limit) of a project; 0 = unlimited.
+    pub fn rate_limits(&self, project: &str) -> (u32, u32) {
+        self.projects
+            .get(project)
+            .map(|p| (p.lock_ops_per_minute, p.hier_ops_per_minute))
+            .unwrap_or((0, 0))
+    }
+
+    /// §4 read at time `now`.
+    pub fn read_lock(&self, project: &str, key: &str, now: Nanos) -> Result<LockRead, CoreError> {
+        self.project_locks.read(project, key, self.query_time(now))
+    }
+
+    /// §5 queries.
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    /// Number of stored §4 leases (live or within the takeover grace).
+    pub fn project_lock_count(&self) -> usize {
+        self.project_locks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenancy::KeyKind;
+    use crate::SECOND;
+
+    const T0: Nanos = 1_700_000_000 * SECOND;
+
+    fn cmd(stamp: Nanos, ops: Vec<Op>) -> Command {
+        Command { stamp, ops }
+    }
+
+    fn lock(action: LockAction) -> Op {
+        Op::ProjectLock {
+            project: "p".into(),
+            key: "k".into(),
+            action,
+        }
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let mut sm = StateMachine::default();
+        let a = sm.apply(&cmd(
+            T0 + 10 * SECOND,
+            vec![lock(LockAction::Acquire {
+                token: 1,
+                ttl_seconds: 5,
+            })],
+        ));
+        // A new leader with a slower clock stamps an earlier time.
+        let b = sm.apply(&cmd(
+            T0,
+            vec![lock(LockAction::Renew {
+                token: 1,
+                ttl_seconds: 5,
+            })],
+        ));
+        assert_eq!(
+            a[0],
+            Ok(Reply::Lease {
+                expires_at: T0 + 15 * SECOND,
+                fencing_token: (1 << 52) + 1
+            })
+        );
+        assert_eq!(
+            b[0],
+            Ok(Reply::Lease {
+                expires_at: T0 + 15 * SECOND,
+                fencing_token: (1 << 52) + 1
+            })
+        );
+        assert_eq!(sm.time(), T0 + 10 * SECOND);
+    }
+
+    #[test]
+    fn a_batch_answers_each_op_in_order() {
+        let mut sm = StateMachine::default();
+        let out = sm.apply(&cmd(
+            T0,
+            vec![
+                lock(LockAction::Acquire {
+                    token: 1,
+                    ttl_seconds: 5,
+                }),
+                lock(LockAction::Acquire {
+                    token: 2,
+                    ttl_seconds: 5,
+                }),
+                lock(LockAction::Release { token: 1 }),
+                lock(LockAction::Acquire {
+                    token: 2,
+                    ttl_seconds: 5,
+                }),
+            ],
+        ));
+        assert!(out[0].is_ok());
+        assert_eq!(out[1], Err(CoreError::LockHeld));
+        assert_eq!(out[2], Ok(Reply::Done));
+        assert!(out[3].is_ok());
+    }
+
+    #[test]
+    fn keys_authenticate_until_revoked() {
+        let mut sm = StateMachine::default();
+        let ops = vec![
+            Op::CreateProject { name: "p".into() },
+            Op::CreateKey {
+                project: "p".into(),
+                key_id: "id1".into(),
+                kind: KeyKind::ServiceRole,
+                scopes: vec![],
+                secret_hash: [1; 32],
+            },
+        ];
+        assert!(sm.apply(&cmd(T0, ops)).iter().all(|o| o.is_ok()));
+        assert!(matches!(
+            sm.check_key("id1", &[1; 32]),
+            KeyCheck::Known { project: "p", .. }
+        ));
+        assert_eq!(sm.check_key("id1", &[2; 32]), KeyCheck::Unknown);
+        assert_eq!(sm.check_key("nope", &[1; 32]), KeyCheck::Unknown);
+        sm.apply(&cmd(
+            T0,
+            vec![Op::RevokeKey {
+                project: "p".into(),
+                key_id: "id1".into(),
+            }],
+        ));
+        assert_eq!(sm.check_key("id1", &[1; 32]), KeyCheck::Unknown);
+    }
+
+    #[test]
+    fn duplicate_project_and_unknown_project() {
+        let mut sm = StateMachine::default();
+        let out = sm.apply(&cmd(
+            T0,
+            vec![
+                Op::CreateProject { name: "p".into() },
+                Op::CreateProject { name: "p".into() },
+                Op::CreateProject {
+                    name: "bad name".into(),
+                },
+                Op::UpdateProject {
+                    name: "q".into(),
+                    lock_ops_per_minute: Some(5),
+                    hier_ops_per_minute: None,
+                },
+            ],
+        ));
+        assert!(out[0].is_ok());
+        assert_eq!(out[1], Err(CoreError::AlreadyExists("project".into())));
+        assert!(matches!(out[2], Err(CoreError::Invalid { .. })));
+        assert_eq!(out[3], Err(CoreError::NotFound("project".into())));
+        assert_eq!(sm.rate_limits("p"), (600, 0));
+    }
+}

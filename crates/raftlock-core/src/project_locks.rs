@@ -1,0 +1,445 @@
+//! §4 project locks: named leases with a caller-chosen ownership token and a fencing token.
+//!
+//! Rules (t is the command's time):
+//! - a lease is *live* while `t < expires_at` and *takeover-eligible* once
+//!   `t >= expires_at + 1 s`; in between it is lapsed but still blocks others;
+//! - a new lease gets a fresh fencing token and an absolute deadline `t + 90 days`;
+//! - renewals and same-token re-acquires set `expires_at = min(t + ttl, deadline)`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::validate;
+use crate::{Nanos, SECOND};
+
+/// Extra wait after expiry before another token may take over (clock-skew allowance).
+pub const TAKEOVER_GRACE: Nanos = SECOND;
+/// Absolute lifetime of one lease, whatever its renewals.
+pub const LEASE_DEADLINE: Nanos = validate::MAX_LOCK_TTL as Nanos * SECOND;
+/// The first fencing token; all tokens lie in (2^52, 2^53) so JavaScript reads them exactly.
+pub const FIRST_FENCING_TOKEN: u64 = (1 << 52) + 1;
+
+/// The current lease of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectLease {
+    /// The caller's UUID; only it may renew or release.
+    pub token: u128,
+    /// Rises whenever the key changes hands; constant for one lease.
+    pub fencing_token: u64,
+    pub expires_at: Nanos,
+    /// `acquired_at + 90 days`; nothing moves it.
+    pub deadline: Nanos,
+}
+
+impl ProjectLease {
+    fn takeover_eligible(&self, t: Nanos) -> bool {
+        t >= self.eligible_at()
+    }
+
+    fn eligible_at(&self) -> Nanos {
+        self.expires_at.saturating_add(TAKEOVER_GRACE)
+    }
+}
+
+/// What `GET /locks/{key}` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockRead {
+    Free,
+    Held {
+        expires_at: Nanos,
+        fencing_token: u64,
+    },
+}
+
+/// All project locks of all projects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectLocks {
+    /// project → key → lease. Nested so lookups borrow `&str` without allocating.
+    leases: BTreeMap<String, BTreeMap<String, ProjectLease>>,
+    /// (takeover-eligible time, project, key): lets a tick forget lapsed leases in time
+    /// proportional to what lapsed, not to what exists. Kept exact on every change.
+    by_eligibility: BTreeSet<(Nanos, String, String)>,
+    /// The next fencing token to hand out; one global counter so tokens never fall for any
+    /// key (gaps between a key's tokens are allowed).
+    next_fencing_token: u64,
+}
+
+impl Default for ProjectLocks {
+    fn default() -> Self {
+        ProjectLocks {
+            leases: BTreeMap::new(),
+            by_eligibility: BTreeSet::new(),
+            next_fencing_token: FIRST_FENCING_TOKEN,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, CoreError>;
+
+impl ProjectLocks {
+    fn get(&self, project: &str, key: &str) -> Option<&ProjectLease> {
+        self.leases.get(project)?.get(key)
+    }
+
+    /// Stores `lease` for the key and keeps the eligibility index exact.
+    fn put(&mut self, project: &str, key: &str, lease: ProjectLease) {
+        let eligible = lease.eligible_at();
+        let old = self
+            .leases
+            .entry(project.to_string())
+            .or_default()
+            .insert(key.to_string(), lease);
+        if let Some(old) = old {
+            self.by_eligibility
+                .remove(&(old.eligible_at(), project.to_string(), key.to_string()));
+        }
+        self.by_eligibility
+            .insert((eligible, project.to_string(), key.to_string()));
+    }
+
+    fn remove(&mut self, project: &str, key: &str) {
+        let Some(keys) = self.leases.get_mut(project) else {
+            return;
+        };
+        if let Some(old) = keys.remove(key) {
+            self.by_eligibility
+                .remove(&(old.eligible_at(), project.to_string(), key.to_string()));
+        }
+        if keys.is_empty() {
+            self.leases.remove(project);
+        }
+    }
+
+    /// §4 acquire.
+    pub fn acquire(
+        &mut self,
+        project: &str,
+        key: &str,
+        token: u128,
+        ttl_seconds: u64,
+        t: Nanos,
+    ) -> Result<(Nanos, u64)> {
+        validate::lock_key(key)?;
+        validate::lock_ttl(ttl_seconds)?;
+        let ttl = ttl_seconds as Nanos * SECOND;
+        match self.get(project, key) {
+            Some(cur) if !cur.takeover_eligible(t) => {
+                if cur.token != token {
+                    return Err(CoreError::LockHeld);
+                }
+                if t >= cur.expires_at || t >= cur.deadline {
+                    return Err(CoreError::OwnershipLost);
+                }
+                let lease = ProjectLease {
+                    expires_at: (t + ttl).min(cur.deadline),
+                    ..cur.clone()
+                };
+                let answer = (lease.expires_at, lease.fencing_token);
+                self.put(project, key, lease);
+                Ok(answer)
+            }
+            _ => {
+                let fencing_token = self.next_fencing_token;
+                self.next_fencing_token += 1;
+                let lease = ProjectLease {
+                    token,
+                    fencing_token,
+                    expires_at: t + ttl,
+                    deadline: t + LEASE_DEADLINE,
+                };
+                let answer = (lease.expires_at, lease.fencing_token);
+                self.put(project, key, lease);
+                Ok(answer)
+            }
+        }
+    }
+
+    /// §4 renew: only the current token, only while live.
+    pub fn renew(
+        &mut self,
+        project: &str,
+        key: &str,
+        token: u128,
+        ttl_seconds: u64,
+        t: Nanos,
+    ) -> Result<(Nanos, u64)> {
+        validate::lock_key(key)?;
+        validate::lock_ttl(ttl_seconds)?;
+        let ttl = ttl_seconds as Nanos * SECOND;
+        match self.get(project, key) {
+            Some(cur) if cur.token == token && t < cur.expires_at => {
+                let lease = ProjectLease {
+                    expires_at: (t + ttl).min(cur.deadline),
+                    ..cur.clone()
+                };
+                let answer = (lease.expires_at, lease.fencing_token);
+                self.put(project, key, lease);
+                Ok(answer)
+            }
+            _ => Err(CoreError::OwnershipLost),
+        }
+    }
+
+    /// §4 release: the owner deletes its lease; an absent (or takeover-eligible) lock is
+    /// already released; anyone else gets `lock_ownership_lost` and changes nothing.
+    pub fn release(&mut self, project: &str, key: &str, token: u128, t: Nanos) -> Result<()> {
+        validate::lock_key(key)?;
+        match self.get(project, key) {
+            None => Ok(()),
+            Some(cur) if cur.token == token || cur.takeover_eligible(t) => {
+                self.remove(project, key);
+                Ok(())
+            }
+            Some(_) => Err(CoreError::OwnershipLost),
+        }
+    }
+
+    /// §4 force release: drops whatever lease exists.
+    pub fn force_release(&mut self, project: &str, key: &str) -> Result<()> {
+        validate::lock_key(key)?;
+        self.remove(project, key);
+        Ok(())
+    }
+
+    /// §4 read: held while `t < expires_at + 1 s`, so `Free` means an acquire would succeed.
+    pub fn read(&self, project: &str, key: &str, t: Nanos) -> Result<LockRead> {
+        validate::lock_key(key)?;
+        Ok(match self.get(project, key) {
+            Some(l) if !l.takeover_eligible(t) => LockRead::Held {
+                expires_at: l.expires_at,
+                fencing_token: l.fencing_token,
+            },
+            _ => LockRead::Free,
+        })
+    }
+
+    /// Forgets every lease that became takeover-eligible at or before `t`.
+    pub fn reap(&mut self, t: Nanos) -> usize {
+        let mut reaped = 0;
+        while let Some(first) = self.by_eligibility.first() {
+            if first.0 > t {
+                break;
+            }
+            let (_, project, key) = self.by_eligibility.pop_first().expect("non-empty");
+            if let Some(keys) = self.leases.get_mut(&project) {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.leases.remove(&project);
+                }
+            }
+            reaped += 1;
+        }
+        reaped
+    }
+
+    /// Number of leases currently stored (live or lapsed within the grace).
+    pub fn len(&self) -> usize {
+        self.by_eligibility.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_eligibility.is_empty()
+    }
+
+    /// Leases that are live at `t` (for the held-locks gauge).
+    pub fn live_count(&self, t: Nanos) -> usize {
+        self.by_eligibility
+            .range(
+                (
+                    t.saturating_add(TAKEOVER_GRACE + 1),
+                    String::new(),
+                    String::new(),
+                )..,
+            )
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Nanos = 1_700_000_000 * SECOND;
+    const A: u128 = 0xA;
+    const B: u128 = 0xB;
+
+    fn s(n: i64) -> Nanos {
+        T0 + n * SECOND
+    }
+
+    #[test]
+    fn acquire_free_key_gives_token_in_js_safe_range() {
+        let mut l = ProjectLocks::default();
+        let (exp, tok) = l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert_eq!(exp, s(10));
+        assert!(tok > 1 << 52 && tok < 1 << 53);
+    }
+
+    #[test]
+    fn same_token_reacquire_is_absolute_and_keeps_fencing() {
+        let mut l = ProjectLocks::default();
+        let (_, tok) = l.acquire("p", "k", A, 30, s(0)).unwrap();
+        let (exp, tok2) = l.acquire("p", "k", A, 5, s(2)).unwrap();
+        assert_eq!((exp, tok2), (s(7), tok), "shorter TTL shortens the lease");
+    }
+
+    #[test]
+    fn other_token_gets_lock_held_until_grace_passes() {
+        let mut l = ProjectLocks::default();
+        let (_, tok) = l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert_eq!(l.acquire("p", "k", B, 10, s(5)), Err(CoreError::LockHeld));
+        assert_eq!(
+            l.acquire("p", "k", B, 10, s(10)),
+            Err(CoreError::LockHeld),
+            "lapsed, in grace"
+        );
+        assert_eq!(
+            l.acquire("p", "k", B, 10, s(11) - 1),
+            Err(CoreError::LockHeld)
+        );
+        let (_, tok_b) = l.acquire("p", "k", B, 10, s(11)).unwrap();
+        assert!(tok_b > tok);
+    }
+
+    #[test]
+    fn own_lapsed_lease_is_ownership_lost_then_reclaimable() {
+        let mut l = ProjectLocks::default();
+        let (_, tok) = l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert_eq!(
+            l.acquire("p", "k", A, 10, s(10)),
+            Err(CoreError::OwnershipLost)
+        );
+        let (_, tok2) = l.acquire("p", "k", A, 10, s(11)).unwrap();
+        assert!(tok2 > tok, "a reclaimed lease is a new lease");
+    }
+
+    #[test]
+    fn deadline_caps_renewals_and_ends_the_lease() {
+        let mut l = ProjectLocks::default();
+        let ttl = validate::MAX_LOCK_TTL;
+        l.acquire("p", "k", A, ttl, s(0)).unwrap();
+        let (exp, _) = l.renew("p", "k", A, ttl, s(100)).unwrap();
+        assert_eq!(exp, s(0) + LEASE_DEADLINE, "renew cannot move the deadline");
+        let (exp, _) = l.acquire("p", "k", A, ttl, s(200)).unwrap();
+        assert_eq!(
+            exp,
+            s(0) + LEASE_DEADLINE,
+            "re-acquire cannot move it either"
+        );
+        let end = s(0) + LEASE_DEADLINE;
+        assert_eq!(l.renew("p", "k", A, 10, end), Err(CoreError::OwnershipLost));
+        assert_eq!(
+            l.acquire("p", "k", A, 10, end),
+            Err(CoreError::OwnershipLost)
+        );
+    }
+
+    #[test]
+    fn renew_rules() {
+        let mut l = ProjectLocks::default();
+        assert_eq!(
+            l.renew("p", "k", A, 10, s(0)),
+            Err(CoreError::OwnershipLost),
+            "absent"
+        );
+        let (_, tok) = l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert_eq!(
+            l.renew("p", "k", B, 10, s(1)),
+            Err(CoreError::OwnershipLost),
+            "stale token"
+        );
+        assert_eq!(l.renew("p", "k", A, 20, s(9)).unwrap(), (s(29), tok));
+        assert_eq!(
+            l.renew("p", "k", A, 10, s(29)),
+            Err(CoreError::OwnershipLost),
+            "late owner"
+        );
+    }
+
+    #[test]
+    fn release_rules() {
+        let mut l = ProjectLocks::default();
+        assert_eq!(l.release("p", "k", A, s(0)), Ok(()), "absent is idempotent");
+        l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert_eq!(l.release("p", "k", B, s(1)), Err(CoreError::OwnershipLost));
+        assert!(
+            matches!(l.read("p", "k", s(1)).unwrap(), LockRead::Held { .. }),
+            "unchanged"
+        );
+        assert_eq!(l.release("p", "k", A, s(1)), Ok(()));
+        assert_eq!(l.read("p", "k", s(1)).unwrap(), LockRead::Free);
+    }
+
+    #[test]
+    fn read_follows_takeover_eligibility() {
+        let mut l = ProjectLocks::default();
+        let (exp, tok) = l.acquire("p", "k", A, 10, s(0)).unwrap();
+        let held = LockRead::Held {
+            expires_at: exp,
+            fencing_token: tok,
+        };
+        assert_eq!(
+            l.read("p", "k", s(10)).unwrap(),
+            held,
+            "lapsed but in grace: still held"
+        );
+        assert_eq!(l.read("p", "k", s(11)).unwrap(), LockRead::Free);
+    }
+
+    #[test]
+    fn fencing_never_falls_across_release_force_release_and_expiry() {
+        let mut l = ProjectLocks::default();
+        let mut last = 0;
+        for (i, how) in ["release", "force", "expire"]
+            .iter()
+            .cycle()
+            .take(9)
+            .enumerate()
+        {
+            let t = s(100 * i as i64);
+            let (_, tok) = l.acquire("p", "k", i as u128, 5, t).unwrap();
+            assert!(tok > last);
+            last = tok;
+            match *how {
+                "release" => l.release("p", "k", i as u128, t).unwrap(),
+                "force" => l.force_release("p", "k").unwrap(),
+                _ => assert_eq!(l.reap(t + 6 * SECOND), 1),
+            }
+        }
+    }
+
+    #[test]
+    fn projects_are_independent() {
+        let mut l = ProjectLocks::default();
+        l.acquire("p", "k", A, 10, s(0)).unwrap();
+        assert!(l.acquire("q", "k", B, 10, s(0)).is_ok());
+    }
+
+    #[test]
+    fn reap_forgets_only_eligible_leases() {
+        let mut l = ProjectLocks::default();
+        l.acquire("p", "a", A, 5, s(0)).unwrap();
+        l.acquire("p", "b", A, 50, s(0)).unwrap();
+        assert_eq!(l.reap(s(5)), 0, "still in grace");
+        assert_eq!(l.reap(s(6)), 1);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.live_count(s(6)), 1);
+    }
+
+    #[test]
+    fn invalid_input_changes_nothing() {
+        let mut l = ProjectLocks::default();
+        assert!(matches!(
+            l.acquire("p", "bad key", A, 10, s(0)),
+            Err(CoreError::Invalid { .. })
+        ));
+        assert!(matches!(
+            l.acquire("p", "k", A, 4, s(0)),
+            Err(CoreError::Invalid { .. })
+        ));
+        assert!(l.is_empty());
+        assert_eq!(l.next_fencing_token, FIRST_FENCING_TOKEN);
+    }
+}

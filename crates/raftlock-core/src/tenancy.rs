@@ -1,0 +1,157 @@
+//! Tenancy of §3: projects and their API keys.
+//!
+//! A key's secret is never stored: the server hashes it (SHA-256) before proposing, and
+//! authentication compares hashes in constant time.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Nanos;
+
+/// Default §4 rate limit: requests per project per fixed clock minute.
+pub const DEFAULT_LOCK_OPS_PER_MINUTE: u32 = 600;
+
+/// The scope a scoped key needs to call lock endpoints.
+pub const LOCKS_MANAGE: &str = "locks.manage";
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyKind {
+    /// Full access to the project's locks.
+    ServiceRole,
+    /// Access according to its scopes (`locks.manage` for locks).
+    Scoped,
+    /// Public key; always refused by lock endpoints.
+    Anon,
+}
+
+/// A registered key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// Public identifier, embedded in the secret so lookup needs no hash index.
+    pub key_id: String,
+    pub kind: KeyKind,
+    pub scopes: Vec<String>,
+    /// SHA-256 of the full secret.
+    pub secret_hash: [u8; 32],
+    /// Revoked keys stay listed (for audit) but never authenticate.
+    pub revoked: bool,
+    pub created_at: Nanos,
+}
+
+impl KeyRecord {
+    /// Whether this key may call the §4/§5 lock endpoints.
+    pub fn may_manage_locks(&self) -> bool {
+        match self.kind {
+            KeyKind::ServiceRole => true,
+            KeyKind::Scoped => self.scopes.iter().any(|s| s == LOCKS_MANAGE),
+            KeyKind::Anon => false,
+        }
+    }
+
+    /// Constant-time comparison of the stored hash with the presented one.
+    pub fn hash_matches(&self, presented: &[u8; 32]) -> bool {
+        let diff = self
+            .secret_hash
+            .iter()
+            .zip(presented)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+
+    pub fn view(&self, project: &str) -> KeyView {
+        KeyView {
+            project: project.to_string(),
+            key_id: self.key_id.clone(),
+            kind: self.kind,
+            scopes: self.scopes.clone(),
+            revoked: self.revoked,
+        }
+    }
+}
+
+/// A key as the API shows it (never with its secret or hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    pub project: String,
+    pub key_id: String,
+    pub kind: KeyKind,
+    pub scopes: Vec<String>,
+    pub revoked: bool,
+}
+
+/// A project as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectView {
+    pub name: String,
+    pub created_at: Nanos,
+    pub lock_ops_per_minute: u32,
+    /// 0 = off (the default for §5 routes).
+    pub hier_ops_per_minute: u32,
+    pub keys: Vec<KeyView>,
+}
+
+/// The tenancy part of a project (its locks live beside it in the machine).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectSettings {
+    pub created_at: Nanos,
+    pub lock_ops_per_minute: u32,
+    pub hier_ops_per_minute: u32,
+    pub keys: BTreeMap<String, KeyRecord>,
+}
+
+impl ProjectSettings {
+    pub fn new(created_at: Nanos) -> Self {
+        ProjectSettings {
+            created_at,
+            lock_ops_per_minute: DEFAULT_LOCK_OPS_PER_MINUTE,
+            hier_ops_per_minute: 0,
+            keys: BTreeMap::new(),
+        }
+    }
+
+    pub fn view(&self, name: &str) -> ProjectView {
+        ProjectView {
+            name: name.to_string(),
+            created_at: self.created_at,
+            lock_ops_per_minute: self.lock_ops_per_minute,
+            hier_ops_per_minute: self.hier_ops_per_minute,
+            keys: self.keys.values().map(|k| k.view(name)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kind: KeyKind, scopes: &[&str]) -> KeyRecord {
+        KeyRecord {
+            key_id: "k".into(),
+            kind,
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            secret_hash: [7; 32],
+            revoked: false,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn who_may_manage_locks() {
+        assert!(key(KeyKind::ServiceRole, &[]).may_manage_locks());
+        assert!(key(KeyKind::Scoped, &["x", LOCKS_MANAGE]).may_manage_locks());
+        assert!(!key(KeyKind::Scoped, &["locks.read"]).may_manage_locks());
+        assert!(!key(KeyKind::Anon, &[LOCKS_MANAGE]).may_manage_locks());
+    }
+
+    #[test]
+    fn hash_comparison() {
+        let k = key(KeyKind::ServiceRole, &[]);
+        assert!(k.hash_matches(&[7; 32]));
+        let mut other = [7; 32];
+        other[31] = 8;
+        assert!(!k.hash_matches(&other));
+    }
+}
