@@ -1,1 +1,317 @@
+//! # raftlock-tests
+//!
+//! Test support for suites that start real `raftlock serve` processes on free loopback
+//! ports: [`Cluster`] starts, kills, restarts and inspects nodes; helpers wait on conditions
+//! (never on fixed sleeps) with explicit deadlines.
+//!
+//! ## Layout
+//! - `src/lib.rs`: the harness.
+//! - `tests/*.rs`: one suite per concern (project locks, failover, auth, validation, rate
+//!   limit, membership, hierarchical locks).
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// Path of the `raftlock` binary: `$RAFTLOCK_BIN`, else `target/debug/raftlock` next to the
+/// test executable.
+pub fn binary() -> PathBuf {
+    if let Ok(p) = std::env::var("RAFTLOCK_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
+    dir.join("raftlock")
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released; the OS will not reuse it at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `check` until it yields `Some`, or fails after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {within:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+struct NodeProc {
+    addr: String,
+    data_dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A cluster of real processes on loopback.
+pub struct Cluster {
+    nodes: BTreeMap<u64, NodeProc>,
+    peers: String,
+    pub secret: String,
+    pub platform: String,
+    _dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+    extra_args: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in self.nodes.values_mut() {
+            if let Some(mut c) = node.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts `n` nodes with ids 1..=n that form a cluster by themselves.
+    pub async fn start(n: u64) -> Result<Cluster> {
+        Self::start_with(n, &[]).await
+    }
+
+    /// Like [`Cluster::start`] with extra `serve` flags for every node.
+    pub async fn start_with(n: u64, extra: &[&str]) -> Result<Cluster> {
+        let dir = tempfile::tempdir()?;
+        let mut nodes = BTreeMap::new();
+        for id in 1..=n {
+            let addr = format!("127.0.0.1:{}", free_port());
+            nodes.insert(id, NodeProc { addr, data_dir: dir.path().join(id.to_string()), child: None });
+        }
+        let peers = nodes.iter().map(|(id, n)| format!("{id}={}", n.addr)).collect::<Vec<_>>().join(",");
+        let mut cluster = Cluster {
+            nodes,
+            peers,
+            secret: format!("secret-{}", uuid::Uuid::new_v4()),
+            platform: format!("platform-{}", uuid::Uuid::new_v4()),
+            _dir: dir,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=n {
+            cluster.spawn(id, &cluster.peers.clone())?;
+        }
+        cluster.wait_for_leader(Duration::from_secs(15)).await?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, id: u64, peers: &str) -> Result<()> {
+        let node = self.nodes.get_mut(&id).context("unknown node")?;
+        let log = std::env::var("RAFTLOCK_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        let stderr = if std::env::var("RAFTLOCK_TEST_LOG").is_ok() { Stdio::inherit() } else { Stdio::null() };
+        let child = Command::new(binary())
+            .args(["serve", "--node-id", &id.to_string(), "--listen", &node.addr, "--peers", peers])
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .args(["--cluster-secret", &self.secret, "--platform-token", &self.platform])
+            .args(&self.extra_args)
+            .env("RAFTLOCK_LOG", log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("spawning {}", binary().display()))?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// Adds a node process (not yet a member) that will be joined through the admin API.
+    pub fn spawn_extra(&mut self, id: u64) -> Result<String> {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let data_dir = self._dir.path().join(id.to_string());
+        self.nodes.insert(id, NodeProc { addr: addr.clone(), data_dir, child: None });
+        let peers = format!("{id}={addr}");
+        // A joining node lists only itself but must not initialize: give it a higher id than
+        // an existing member by listing a lower phantom id first.
+        let peers = format!("0=127.0.0.1:1,{peers}");
+        self.spawn(id, &peers)?;
+        Ok(addr)
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.keys().copied().collect()
+    }
+
+    pub fn addr(&self, id: u64) -> String {
+        self.nodes[&id].addr.clone()
+    }
+
+    pub fn url(&self, id: u64, path: &str) -> String {
+        format!("http://{}{path}", self.nodes[&id].addr)
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.nodes[&id].child.is_some()
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restarts a killed node on its data directory.
+    pub fn restart(&mut self, id: u64) -> Result<()> {
+        let peers = self.peers.clone();
+        self.spawn(id, &peers)
+    }
+
+    /// This node's `/admin/v1/cluster` view, if it answers.
+    pub async fn view(&self, id: u64) -> Option<Value> {
+        let resp = self.http.get(self.url(id, "/admin/v1/cluster")).bearer_auth(&self.platform).timeout(Duration::from_secs(1)).send().await.ok()?;
+        resp.json().await.ok()
+    }
+
+    /// Waits until every running node agrees on one leader; returns its id.
+    pub async fn wait_for_leader(&self, within: Duration) -> Result<u64> {
+        eventually(within, "a leader all running nodes agree on", || async {
+            let mut leader = None;
+            for id in self.ids().into_iter().filter(|id| self.is_running(*id)) {
+                let l = self.view(id).await?.get("leader")?.as_u64()?;
+                if leader.is_some_and(|x| x != l) {
+                    return None;
+                }
+                leader = Some(l);
+            }
+            leader.filter(|l| self.is_running(*l))
+        })
+        .await
+    }
+
+    /// Some running node other than `id`.
+    pub fn other_than(&self, ids: &[u64]) -> u64 {
+        self.ids().into_iter().find(|i| !ids.contains(i) && self.is_running(*i)).expect("another running node")
+    }
+
+    /// Creates a project and a key of `kind`; returns the key secret.
+    pub async fn project_key(&self, project: &str, kind: &str, scopes: &[&str]) -> Result<String> {
+        let node = self.ids()[0];
+        let r = self.admin_post(node, "/admin/v1/projects", json!({ "name": project })).await?;
+        if !(r.status().is_success() || r.status().as_u16() == 409) {
+            bail!("create project: {}", r.status());
+        }
+        let path = format!("/admin/v1/projects/{project}/keys");
+        let r = self.admin_post(node, &path, json!({ "kind": kind, "scopes": scopes })).await?;
+        if r.status().as_u16() != 201 {
+            bail!("create key: {} {}", r.status(), r.text().await?);
+        }
+        let body: Value = r.json().await?;
+        Ok(body["secret"].as_str().context("secret")?.to_string())
+    }
+
+    pub async fn admin_post(&self, node: u64, path: &str, body: Value) -> Result<reqwest::Response> {
+        Ok(self.http.post(self.url(node, path)).bearer_auth(&self.platform).json(&body).send().await?)
+    }
+}
+
+/// A §4 client bound to one node and key, for terse tests.
+#[derive(Clone)]
+pub struct Locks {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub key: String,
+}
+
+/// A §4 answer: status and JSON body (`Null` for empty bodies).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Answer {
+    async fn from(resp: reqwest::Response) -> Result<Answer> {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await?;
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Ok(Answer { status, body, headers })
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    pub fn fencing(&self) -> u64 {
+        self.body["fencing_token"].as_u64().expect("fencing_token")
+    }
+}
+
+impl Locks {
+    pub fn new(cluster: &Cluster, node: u64, key: &str) -> Locks {
+        Locks { http: cluster.http.clone(), base: format!("http://{}", cluster.addr(node)), key: key.to_string() }
+    }
+
+    pub fn on(&self, cluster: &Cluster, node: u64) -> Locks {
+        Locks { base: format!("http://{}", cluster.addr(node)), ..self.clone() }
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key)
+    }
+
+    pub async fn acquire(&self, name: &str, token: &str, ttl: u64) -> Result<Answer> {
+        let r = self.req(reqwest::Method::POST, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token).json(&json!({ "ttl_seconds": ttl }));
+        Answer::from(r.send().await?).await
+    }
+
+    pub async fn renew(&self, name: &str, token: &str, ttl: u64) -> Result<Answer> {
+        let r = self.req(reqwest::Method::PATCH, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token).json(&json!({ "ttl_seconds": ttl }));
+        Answer::from(r.send().await?).await
+    }
+
+    pub async fn release(&self, name: &str, token: &str) -> Result<Answer> {
+        let r = self.req(reqwest::Method::DELETE, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token);
+        Answer::from(r.send().await?).await
+    }
+
+    pub async fn read(&self, name: &str) -> Result<Answer> {
+        Answer::from(self.req(reqwest::Method::GET, &format!("/locks/{name}")).send().await?).await
+    }
+
+    pub async fn force_release(&self, name: &str) -> Result<Answer> {
+        Answer::from(self.req(reqwest::Method::DELETE, &format!("/locks/{name}")).send().await?).await
+    }
+
+    /// A raw request for validation tests.
+    pub async fn raw(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Result<Answer> {
+        let mut r = self.req(method, path);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        if let Some(b) = body {
+            r = r.header("content-type", "application/json").body(b);
+        }
+        Answer::from(r.send().await?).await
+    }
+
+    /// A §5 RPC.
+    pub async fn rpc(&self, method: &str, body: Value) -> Result<Answer> {
+        let r = self.req(reqwest::Method::POST, &format!("/v1beta/{method}")).json(&body);
+        Answer::from(r.send().await?).await
+    }
+}
+
+/// A fresh lock token.
+pub fn token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

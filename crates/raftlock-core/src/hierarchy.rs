@@ -915,3 +915,572 @@ impl Hierarchy {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, HierOp, Op, Reply};
+    use crate::StateMachine;
+
+    const T0: Nanos = 1_700_000_000 * SECOND;
+    const P: &str = "p";
+    const NS: &str = "ns";
+
+    fn s(n: i64) -> Nanos {
+        T0 + n * SECOND
+    }
+
+    fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn inv(h: &Hierarchy) {
+        h.check_invariants().expect("invariants hold");
+    }
+
+    /// A project with namespace `ns` and the given leases (process `proc`, TTL 300 s, at s(0)).
+    fn setup(leases: &[&str]) -> Hierarchy {
+        let mut h = Hierarchy::default();
+        h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
+            .unwrap();
+        for id in leases {
+            h.create_lease(P, NS, id, "proc", 300, s(0)).unwrap();
+        }
+        inv(&h);
+        h
+    }
+
+    fn acq(h: &mut Hierarchy, lease: &str, name: &str, exclusive: bool, t: Nanos) -> AcquireReply {
+        let r = h
+            .acquire(P, NS, name, exclusive, lease, BTreeMap::new(), t)
+            .unwrap();
+        inv(h);
+        r
+    }
+
+    fn acquired(r: &AcquireReply) -> bool {
+        r.outcome == AcquireOutcome::Acquired
+    }
+
+    fn holder_ids(v: &LockView) -> Vec<&str> {
+        v.lock_holders.iter().map(|h| h.lease_id.as_str()).collect()
+    }
+
+    fn is_invalid(r: &std::result::Result<impl std::fmt::Debug, CoreError>, field: &str) -> bool {
+        matches!(r, Err(CoreError::Invalid { field: f, .. }) if f == field)
+    }
+
+    // ---- namespaces ----------------------------------------------------------------------
+
+    #[test]
+    fn namespace_create_duplicate_get() {
+        let mut h = Hierarchy::default();
+        let v = h
+            .create_namespace(P, NS, "d".into(), meta(&[("k", "v")]), s(1))
+            .unwrap();
+        assert_eq!(
+            v,
+            NamespaceView {
+                name: NS.into(),
+                description: "d".into(),
+                metadata: meta(&[("k", "v")]),
+                version: 1,
+                created_at: s(1),
+                updated_at: s(1),
+            }
+        );
+        let before = h.clone();
+        assert_eq!(
+            h.create_namespace(P, NS, "other".into(), BTreeMap::new(), s(2)),
+            Err(CoreError::AlreadyExists("namespace".into()))
+        );
+        assert_eq!(h, before, "a duplicate changes nothing");
+        assert_eq!(h.get_namespace(P, NS), Ok(v));
+        assert_eq!(
+            h.get_namespace(P, "missing"),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        assert_eq!(
+            h.get_namespace("other-project", NS),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        // Another project may use the same name independently.
+        assert!(h
+            .create_namespace("q", NS, String::new(), BTreeMap::new(), s(3))
+            .is_ok());
+        inv(&h);
+    }
+
+    #[test]
+    fn namespace_update_replaces_bumps_version_and_checks_expected_version() {
+        let mut h = Hierarchy::default();
+        h.create_namespace(P, NS, "d".into(), meta(&[("a", "1"), ("b", "2")]), s(0))
+            .unwrap();
+        let v = h
+            .update_namespace(P, NS, "d2".into(), meta(&[("c", "3")]), Some(1), s(5))
+            .unwrap();
+        assert_eq!(v.version, 2);
+        assert_eq!(v.description, "d2");
+        assert_eq!(v.metadata, meta(&[("c", "3")]), "full replacement");
+        assert_eq!((v.created_at, v.updated_at), (s(0), s(5)));
+
+        let before = h.clone();
+        let stale = h.update_namespace(P, NS, "d3".into(), BTreeMap::new(), Some(1), s(6));
+        assert!(is_invalid(&stale, "expected_version"), "{stale:?}");
+        let ahead = h.update_namespace(P, NS, "d3".into(), BTreeMap::new(), Some(7), s(6));
+        assert!(is_invalid(&ahead, "expected_version"), "{ahead:?}");
+        assert_eq!(h, before, "a version mismatch changes nothing");
+
+        // No expected version (absent or 0) always applies.
+        assert_eq!(
+            h.update_namespace(P, NS, "d3".into(), BTreeMap::new(), None, s(7))
+                .unwrap()
+                .version,
+            3
+        );
+        assert_eq!(
+            h.update_namespace(P, NS, "d4".into(), BTreeMap::new(), Some(0), s(8))
+                .unwrap()
+                .version,
+            4
+        );
+        assert_eq!(
+            h.update_namespace(P, "missing", String::new(), BTreeMap::new(), None, s(9)),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        assert_eq!(h.get_namespace(P, NS).unwrap().version, 4);
+        inv(&h);
+    }
+
+    #[test]
+    fn namespace_delete_removes_everything_and_is_idempotent() {
+        let mut h = setup(&["l1", "l2"]);
+        acq(&mut h, "l1", "a/b", true, s(1));
+        acq(&mut h, "l2", "c", false, s(1));
+        h.delete_namespace(P, NS).unwrap();
+        inv(&h);
+        assert_eq!(
+            h.get_namespace(P, NS),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        assert!(h.by_expiry.is_empty(), "expiry index forgets its leases");
+        assert!(h.projects.is_empty());
+        assert_eq!(h.totals(), (0, 0, 0));
+        // Idempotent.
+        let before = h.clone();
+        h.delete_namespace(P, NS).unwrap();
+        h.delete_namespace("nobody", NS).unwrap();
+        assert_eq!(h, before);
+        // A namespace re-created with the same name starts empty.
+        h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(2))
+            .unwrap();
+        assert_eq!(
+            h.get_lease(P, NS, "l1", s(2)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(h.get_lock(P, NS, "a/b", s(2)).unwrap(), LockView::unlocked("a/b"));
+        assert_eq!(h.reap(s(1000)), 0, "nothing left to reap");
+        inv(&h);
+    }
+
+    #[test]
+    fn namespace_list_paginates() {
+        let mut h = Hierarchy::default();
+        for i in 0..5 {
+            h.create_namespace(P, &format!("n{i}"), String::new(), BTreeMap::new(), s(0))
+                .unwrap();
+        }
+        h.create_namespace("q", "other", String::new(), BTreeMap::new(), s(0))
+            .unwrap();
+        let names = |v: &[NamespaceView]| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        let (p1, next, prev) = h.list_namespaces(P, "", 2).unwrap();
+        assert_eq!(names(&p1), ["n0", "n1"]);
+        assert!(prev.is_empty());
+        let (p2, next, _) = h.list_namespaces(P, &next, 2).unwrap();
+        assert_eq!(names(&p2), ["n2", "n3"]);
+        let (p3, next3, prev3) = h.list_namespaces(P, &next, 2).unwrap();
+        assert_eq!(names(&p3), ["n4"]);
+        assert!(next3.is_empty());
+        let (back, _, _) = h.list_namespaces(P, &prev3, 2).unwrap();
+        assert_eq!(names(&back), ["n2", "n3"]);
+        let (all, next, prev) = h.list_namespaces(P, "", 0).unwrap();
+        assert_eq!(all.len(), 5, "0 means the maximum page");
+        assert!(next.is_empty() && prev.is_empty());
+        assert!(h.list_namespaces("nobody", "", 0).unwrap().0.is_empty());
+        assert!(is_invalid(&h.list_namespaces(P, "", 101), "limit"));
+        assert!(is_invalid(&h.list_namespaces(P, "zz", 1), "pagination_token"));
+    }
+
+    // ---- leases --------------------------------------------------------------------------
+
+    #[test]
+    fn lease_create_and_get() {
+        let mut h = setup(&[]);
+        let v = h.create_lease(P, NS, "l1", "worker 1", 30, s(2)).unwrap();
+        assert_eq!(
+            v,
+            LeaseView {
+                lease_id: "l1".into(),
+                process_id: "worker 1".into(),
+                created_at: s(2),
+                expires_at: s(32),
+            }
+        );
+        assert_eq!(h.get_lease(P, NS, "l1", s(31)), Ok(v));
+        assert_eq!(
+            h.get_lease(P, NS, "l1", s(32)),
+            Err(CoreError::NotFound("lease".into())),
+            "expired at expires_at"
+        );
+        assert_eq!(
+            h.get_lease(P, NS, "nope", s(3)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(
+            h.create_lease(P, "missing", "l2", "w", 30, s(2)),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        let before = h.clone();
+        assert_eq!(
+            h.create_lease(P, NS, "l1", "w", 30, s(3)),
+            Err(CoreError::AlreadyExists("lease".into()))
+        );
+        assert_eq!(h, before);
+        inv(&h);
+    }
+
+    #[test]
+    fn lease_refresh_sets_absolute_expiry() {
+        let mut h = setup(&[]);
+        h.create_lease(P, NS, "l1", "w", 30, s(0)).unwrap();
+        acq(&mut h, "l1", "a", true, s(1));
+        let v = h.refresh_lease(P, NS, "l1", 5, s(20)).unwrap();
+        assert_eq!(v.expires_at, s(25), "t + ttl, not additive, may shorten");
+        assert_eq!(v.created_at, s(0));
+        assert_eq!(h.reap(s(25) - 1), 0);
+        assert_eq!(
+            h.get_lock(P, NS, "a", s(24)).unwrap().state,
+            LockState::ExclusiveLocked,
+            "locks follow the lease"
+        );
+        // Refresh does not count as lock activity.
+        assert_eq!(h.get_lock(P, NS, "a", s(24)).unwrap().last_activity_at, s(1));
+        assert_eq!(h.reap(s(25)), 1, "the expiry index moved with the lease");
+        assert_eq!(h.get_lock(P, NS, "a", s(25)).unwrap().state, LockState::Unlocked);
+        inv(&h);
+    }
+
+    #[test]
+    fn lease_refresh_of_expired_lease_releases_holders_and_is_not_found() {
+        // Through the state machine: apply reaps before running the op.
+        let mut sm = StateMachine::default();
+        let hier = |op| Op::Hier {
+            project: P.into(),
+            op,
+        };
+        let out = sm.apply(&Command {
+            stamp: s(0),
+            ops: vec![
+                hier(HierOp::CreateNamespace {
+                    name: NS.into(),
+                    description: String::new(),
+                    metadata: BTreeMap::new(),
+                }),
+                hier(HierOp::CreateLease {
+                    namespace: NS.into(),
+                    lease_id: "l1".into(),
+                    process_id: "w".into(),
+                    ttl_seconds: 10,
+                }),
+                hier(HierOp::AcquireLock {
+                    namespace: NS.into(),
+                    lock_name: "a/b".into(),
+                    exclusive: true,
+                    lease_id: "l1".into(),
+                    metadata: BTreeMap::new(),
+                }),
+            ],
+        });
+        assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
+        // Queried after expiry but before any apply: the holder is already hidden.
+        let h = sm.hierarchy();
+        assert_eq!(h.get_lock(P, NS, "a/b", s(10)).unwrap().state, LockState::Unlocked);
+        assert!(h.list_locks(P, NS, "", 0, s(10)).unwrap().0.is_empty());
+        let out = sm.apply(&Command {
+            stamp: s(10),
+            ops: vec![hier(HierOp::RefreshLease {
+                namespace: NS.into(),
+                lease_id: "l1".into(),
+                ttl_seconds: 10,
+            })],
+        });
+        assert_eq!(out, vec![Err(CoreError::NotFound("lease".into()))]);
+        let h = sm.hierarchy();
+        inv(h);
+        assert_eq!(h.totals(), (1, 0, 0), "lease and its holds are gone");
+        assert_eq!(h.get_lock(P, NS, "a/b", s(10)).unwrap().state, LockState::Unlocked);
+
+        // Directly on the hierarchy, after the reap apply performs.
+        let mut h = setup(&[]);
+        h.create_lease(P, NS, "l1", "w", 10, s(0)).unwrap();
+        acq(&mut h, "l1", "x", false, s(0));
+        assert_eq!(
+            h.refresh_lease(P, NS, "l1", 10, s(10)),
+            Err(CoreError::NotFound("lease".into())),
+            "expired even before the reap"
+        );
+        assert_eq!(h.reap(s(10)), 1);
+        assert_eq!(
+            h.refresh_lease(P, NS, "l1", 10, s(10)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(h.totals(), (1, 0, 0));
+        inv(&h);
+    }
+
+    #[test]
+    fn lease_revoke_releases_everything() {
+        let mut h = setup(&["l1", "l2"]);
+        acq(&mut h, "l1", "a", false, s(1));
+        acq(&mut h, "l1", "a/b/c", true, s(1));
+        acq(&mut h, "l1", "d", true, s(1));
+        acq(&mut h, "l2", "a", false, s(1));
+        h.revoke_lease(P, NS, "l1", s(2)).unwrap();
+        inv(&h);
+        assert_eq!(
+            h.get_lease(P, NS, "l1", s(2)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(h.get_lock(P, NS, "a/b/c", s(2)).unwrap().state, LockState::Unlocked);
+        assert_eq!(h.get_lock(P, NS, "d", s(2)).unwrap().state, LockState::Unlocked);
+        let a = h.get_lock(P, NS, "a", s(2)).unwrap();
+        assert_eq!(holder_ids(&a), ["l2"]);
+        assert_eq!(a.last_activity_at, s(2));
+        assert_eq!(h.by_expiry.len(), 1);
+        // l2 may now take what l1 held.
+        assert!(acquired(&acq(&mut h, "l2", "a/b/c", false, s(3))));
+        assert!(acquired(&acq(&mut h, "l2", "d", true, s(3))));
+        assert_eq!(
+            h.revoke_lease(P, NS, "l1", s(4)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(
+            h.revoke_lease(P, "missing", "l2", s(4)),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        inv(&h);
+    }
+
+    #[test]
+    fn lease_list_filters_expired_and_by_process() {
+        let mut h = setup(&[]);
+        h.create_lease(P, NS, "l1", "A", 10, s(0)).unwrap();
+        h.create_lease(P, NS, "l2", "B", 300, s(0)).unwrap();
+        h.create_lease(P, NS, "l3", "A", 300, s(0)).unwrap();
+        h.create_lease(P, NS, "l4", "A", 300, s(0)).unwrap();
+        let ids = |v: &[LeaseView]| v.iter().map(|l| l.lease_id.clone()).collect::<Vec<_>>();
+        let (all, _, _) = h.list_leases(P, NS, "", "", 0, s(5)).unwrap();
+        assert_eq!(ids(&all), ["l1", "l2", "l3", "l4"]);
+        let (live, _, _) = h.list_leases(P, NS, "", "", 0, s(10)).unwrap();
+        assert_eq!(ids(&live), ["l2", "l3", "l4"], "expired lease hidden before reap");
+        let (a, _, _) = h.list_leases(P, NS, "A", "", 0, s(10)).unwrap();
+        assert_eq!(ids(&a), ["l3", "l4"]);
+        let (a1, next, prev) = h.list_leases(P, NS, "A", "", 1, s(10)).unwrap();
+        assert_eq!(ids(&a1), ["l3"]);
+        assert!(prev.is_empty(), "the expired l1 does not count as a previous page");
+        let (a2, next2, _) = h.list_leases(P, NS, "A", &next, 1, s(10)).unwrap();
+        assert_eq!(ids(&a2), ["l4"]);
+        assert!(next2.is_empty());
+        assert!(h.list_leases(P, NS, "C", "", 0, s(10)).unwrap().0.is_empty());
+        assert_eq!(
+            h.list_leases(P, "missing", "", "", 0, s(10)),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+    }
+
+    #[test]
+    fn expired_lease_cannot_acquire() {
+        let mut h = setup(&[]);
+        h.create_lease(P, NS, "l1", "w", 5, s(0)).unwrap();
+        assert_eq!(
+            h.acquire(P, NS, "a", true, "l1", BTreeMap::new(), s(5)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(
+            h.acquire(P, NS, "a", true, "nope", BTreeMap::new(), s(1)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        assert_eq!(
+            h.acquire(P, "missing", "a", true, "l1", BTreeMap::new(), s(1)),
+            Err(CoreError::NotFound("namespace".into()))
+        );
+        assert_eq!(
+            h.probe(P, NS, "a", true, "l1", s(5)),
+            Err(CoreError::NotFound("lease".into()))
+        );
+        inv(&h);
+    }
+
+    // ---- compatibility -------------------------------------------------------------------
+
+    /// How the held lock relates to the requested one.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Rel {
+        Same,
+        Ancestor,
+        DeepAncestor,
+        Descendant,
+        DeepDescendant,
+        Sibling,
+        DeepSibling,
+        Unrelated,
+        NamePrefix,
+    }
+
+    const RELS: [Rel; 9] = [
+        Rel::Same,
+        Rel::Ancestor,
+        Rel::DeepAncestor,
+        Rel::Descendant,
+        Rel::DeepDescendant,
+        Rel::Sibling,
+        Rel::DeepSibling,
+        Rel::Unrelated,
+        Rel::NamePrefix,
+    ];
+
+    /// (held path, requested path).
+    fn paths(rel: Rel) -> (&'static str, &'static str) {
+        match rel {
+            Rel::Same => ("a/b", "a/b"),
+            Rel::Ancestor => ("a", "a/b"),
+            Rel::DeepAncestor => ("a", "a/b/c/d"),
+            Rel::Descendant => ("a/b", "a"),
+            Rel::DeepDescendant => ("a/b/c/d", "a"),
+            Rel::Sibling => ("a/b", "a/c"),
+            Rel::DeepSibling => ("a/b/c", "a/d/e"),
+            Rel::Unrelated => ("x/y", "a/b"),
+            // String prefixes that are not path prefixes never interfere.
+            Rel::NamePrefix => ("a/b", "a/bc"),
+        }
+    }
+
+    #[test]
+    fn compatibility_matrix() {
+        for holder_x in [true, false] {
+            for req_x in [true, false] {
+                for rel in RELS {
+                    let (held, wanted) = paths(rel);
+                    let case = format!("holder x={holder_x} requester x={req_x} {rel:?}");
+                    let mut h = setup(&["l1", "l2"]);
+                    assert!(acquired(&acq(&mut h, "l1", held, holder_x, s(1))));
+                    let held_view = h.get_lock(P, NS, held, s(1)).unwrap();
+                    let before = h.clone();
+                    let r = acq(&mut h, "l2", wanted, req_x, s(2));
+                    let related = !matches!(
+                        rel,
+                        Rel::Sibling | Rel::DeepSibling | Rel::Unrelated | Rel::NamePrefix
+                    );
+                    if related && (holder_x || req_x) {
+                        let reason = match rel {
+                            Rel::Same => ContentionReason::Peer,
+                            Rel::Ancestor | Rel::DeepAncestor => ContentionReason::Ancestor,
+                            _ => ContentionReason::Descendant,
+                        };
+                        assert_eq!(r.outcome, AcquireOutcome::Unavailable, "{case}");
+                        assert_eq!(r.reason, reason, "{case}");
+                        if reason == ContentionReason::Peer {
+                            assert!(r.blocking_locks.is_empty(), "{case}");
+                            assert_eq!(r.lock, held_view, "{case}");
+                        } else {
+                            assert_eq!(r.blocking_locks, vec![held_view.clone()], "{case}");
+                            assert_eq!(r.lock, LockView::unlocked(wanted), "{case}");
+                        }
+                        assert_eq!(h, before, "{case}: a refused acquire changes nothing");
+                        assert_eq!(
+                            h.probe(P, NS, wanted, req_x, "l2", s(2)).unwrap(),
+                            Some(r.clone()),
+                            "{case}: probe agrees"
+                        );
+                    } else {
+                        assert_eq!(r.outcome, AcquireOutcome::Acquired, "{case}");
+                        assert_eq!(r.reason, ContentionReason::Unspecified, "{case}");
+                        assert!(r.blocking_locks.is_empty(), "{case}");
+                        assert!(holder_ids(&r.lock).contains(&"l2"), "{case}");
+                        let state = if req_x {
+                            LockState::ExclusiveLocked
+                        } else {
+                            LockState::SharedLocked
+                        };
+                        assert_eq!(r.lock.state, state, "{case}");
+                        if rel == Rel::Same {
+                            assert_eq!(holder_ids(&r.lock), ["l1", "l2"], "{case}");
+                            assert_eq!(r.lock.locked_at, s(1), "{case}");
+                            assert_eq!(r.lock.last_activity_at, s(2), "{case}");
+                        }
+                    }
+                    // The same lease is never blocked by its own hold, in any mode.
+                    let mut h = setup(&["l1"]);
+                    acq(&mut h, "l1", held, holder_x, s(1));
+                    let r = acq(&mut h, "l1", wanted, req_x, s(2));
+                    assert!(acquired(&r), "{case} (same lease): {r:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn same_lease_reacquire_refreshes_locked_at_and_metadata() {
+        let mut h = setup(&["l1", "l2"]);
+        let r = h
+            .acquire(P, NS, "a", true, "l1", meta(&[("v", "1")]), s(1))
+            .unwrap();
+        assert_eq!(
+            r.lock,
+            LockView {
+                name: "a".into(),
+                state: LockState::ExclusiveLocked,
+                locked_at: s(1),
+                last_activity_at: s(1),
+                lock_holders: vec![HolderView {
+                    lease_id: "l1".into(),
+                    locked_at: s(1),
+                    metadata: meta(&[("v", "1")]),
+                }],
+            }
+        );
+        let r = h
+            .acquire(P, NS, "a", true, "l1", meta(&[("v", "2")]), s(4))
+            .unwrap();
+        assert!(acquired(&r));
+        assert_eq!(r.lock.lock_holders.len(), 1);
+        assert_eq!(r.lock.lock_holders[0].locked_at, s(4), "holder locked_at refreshed");
+        assert_eq!(r.lock.lock_holders[0].metadata, meta(&[("v", "2")]));
+        assert_eq!(r.lock.last_activity_at, s(4));
+        inv(&h);
+        // Shared, alongside another holder.
+        acq(&mut h, "l1", "s", false, s(5));
+        acq(&mut h, "l2", "s", false, s(6));
+        let r = acq(&mut h, "l1", "s", false, s(7));
+        assert!(acquired(&r));
+        let l1 = r.lock.lock_holders.iter().find(|x| x.lease_id == "l1").unwrap();
+        let l2 = r.lock.lock_holders.iter().find(|x| x.lease_id == "l2").unwrap();
+        assert_eq!((l1.locked_at, l2.locked_at), (s(7), s(6)));
+        assert_eq!(r.lock.state, LockState::SharedLocked);
+    }
+
+    #[test]
+    fn downgrade_always_succeeds() {
+        let mut h = setup(&["l1", "l2"]);
+        acq(&mut h, "l1", "a", true, s(1));
+        acq(&mut h, "l1", "a/b", true, s(1));
+        acq(&mut h, "l1", "a/b/c", true, s(1));
+        let r = acq(&mut h, "l1", "a/b", false, s(2));
+        assert!(acquired(&r));
+        assert_eq!(r.lock.state, LockState::SharedLocked);
+        assert_eq!(h.leases[..].len(), 0);
+    }
+}

@@ -1,1 +1,30 @@
-//! raftlock-raft
+//! # raftlock-raft
+//!
+//! Replication and storage for raftlock: it turns the deterministic
+//! [`raftlock_core::StateMachine`] into a replicated one with [openraft](openraft), keeps the
+//! Raft log, vote and snapshots durable in one sled database, and carries peer RPCs over HTTP.
+//! Every byte format (log entries, vote, snapshots, RPC bodies) goes through
+//! [`raftlock_core::codec`], so the encoding is decided in one place.
+//!
+//! ## Layout
+//! - [`typ`]: the openraft [`TypeConfig`] and aliases ([`Raft`], [`RaftError`], ...).
+//! - [`store`]: [`open`], which opens the sled database shared by both stores.
+//! - [`log_store`]: [`LogStore`], the durable Raft log and vote.
+//! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
+//!   builds and persists snapshots, and exposes the applied state to readers.
+//! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
+//! - [`config`]: [`recommended_config`], the Raft timing and snapshot policy raftlock runs with.
+
+pub mod config;
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+pub mod store;
+pub mod typ;
+
+pub use config::recommended_config;
+pub use log_store::LogStore;
+pub use network::{internal_router, Network, NetworkConnection, CLUSTER_SECRET_HEADER};
+pub use state_machine::{SharedState, SmData, StateMachineStore};
+pub use store::{open, open_with_limits};
+pub use typ::*;

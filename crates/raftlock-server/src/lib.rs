@@ -1,1 +1,49 @@
-//! raftlock-server
+//! # raftlock-server
+//!
+//! A raftlock node: the HTTP API of `SPEC.md` §3–§6 on top of the replicated state machine.
+//!
+//! ## Layout
+//! - [`config`]: flags, `RAFTLOCK_*` environment and `--config` TOML into one [`config::Config`].
+//! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
+//! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
+//!   error dialects, body limits and forwarding to the leader.
+//! - [`telemetry`]: tracing logs and Prometheus metrics.
+//! - [`dev`]: `raftlock dev`, a local multi-node cluster in one command.
+
+pub mod config;
+pub mod dev;
+pub mod http;
+pub mod node;
+pub mod proposer;
+pub mod telemetry;
+
+use anyhow::Context;
+
+/// Runs one node until the process is told to stop.
+pub async fn serve(config: config::Config) -> anyhow::Result<()> {
+    telemetry::init_metrics();
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(node_id = config.node_id, listen = %config.listen, data_dir = %config.data_dir.display(), "starting raftlock node");
+    let node = node::Node::start(config).await?;
+    let app = http::router(node.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
+    node.bootstrap().await?;
+    node.spawn_ticker();
+    server.await??;
+    node.raft.shutdown().await.ok();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await.ok();
+}

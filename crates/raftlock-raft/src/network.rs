@@ -1,0 +1,285 @@
+//! Peer RPCs over HTTP: [`Network`] sends them, [`internal_router`] receives them.
+//!
+//! Each RPC is one `POST http://{addr}/internal/raft/{append,vote,snapshot}` whose body is the
+//! codec-encoded request and whose `200` answer is the codec-encoded
+//! `Result<Response, RaftError>` returned by the remote `Raft`. Requests carry the cluster
+//! secret in [`CLUSTER_SECRET_HEADER`]; without it anyone reaching the port could rewrite the
+//! log. Snapshots travel in chunks (openraft's default transport), one chunk per request.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use openraft::error::{InstallSnapshotError, NetworkError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use raftlock_core::codec;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::typ::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, Node, NodeId, Raft,
+    RaftError, TypeConfig, VoteRequest, VoteResponse,
+};
+
+/// Header carrying the shared cluster secret on every peer RPC.
+pub const CLUSTER_SECRET_HEADER: &str = "x-raftlock-cluster-secret";
+
+/// Path of the `append_entries` RPC.
+pub const APPEND_PATH: &str = "/internal/raft/append";
+/// Path of the `vote` RPC.
+pub const VOTE_PATH: &str = "/internal/raft/vote";
+/// Path of the snapshot-chunk RPC.
+pub const SNAPSHOT_PATH: &str = "/internal/raft/snapshot";
+
+/// Largest accepted RPC body. Well above one snapshot chunk (3 MiB by default) and a full
+/// `append_entries` batch, so the server's client body limit never stalls replication.
+pub const MAX_RPC_BODY: usize = 256 * 1024 * 1024;
+
+const OCTET_STREAM: &str = "application/octet-stream";
+
+/// openraft's [`RaftNetworkFactory`]: one [`NetworkConnection`] per peer, all sharing one
+/// HTTP client (and so one connection pool).
+#[derive(Clone)]
+pub struct Network {
+    client: reqwest::Client,
+    secret: Arc<str>,
+}
+
+impl Network {
+    /// A network presenting `secret` to peers. Plain HTTP with kept-alive connections and
+    /// `TCP_NODELAY`, since heartbeats are small and latency-bound.
+    pub fn new(secret: impl Into<String>) -> Self {
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .expect("building the reqwest client (rustls) cannot fail");
+        Self::with_client(client, secret)
+    }
+
+    /// A network using an existing client (e.g. one shared with request forwarding).
+    pub fn with_client(client: reqwest::Client, secret: impl Into<String>) -> Self {
+        Network {
+            client,
+            secret: Arc::from(secret.into()),
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = NetworkConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
+        NetworkConnection {
+            client: self.client.clone(),
+            secret: self.secret.clone(),
+            target,
+            node: node.clone(),
+        }
+    }
+}
+
+/// The RPC client for one peer.
+pub struct NetworkConnection {
+    client: reqwest::Client,
+    secret: Arc<str>,
+    target: NodeId,
+    node: Node,
+}
+
+/// Outcome of one RPC, before it is shaped into openraft's error type.
+enum CallError<E> {
+    /// The peer could not be reached (connection refused, DNS, ...): openraft backs off.
+    Unreachable(Unreachable),
+    /// Anything else on the way (timeout, bad status, undecodable body): retried normally.
+    Network(NetworkError),
+    /// The peer's Raft answered with an error.
+    Remote(RaftError<E>),
+}
+
+/// A transport error described by a message (HTTP status, codec failure).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl NetworkConnection {
+    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, timeout: Duration) -> Result<Resp, CallError<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        let body = codec::encode(req).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
+        let url = format!("http://{}{}", self.node.addr, path);
+        let res = self
+            .client
+            .post(&url)
+            .header(header::CONTENT_TYPE, OCTET_STREAM)
+            .header(CLUSTER_SECRET_HEADER, &*self.secret)
+            .timeout(timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(transport_error)?;
+        if status != reqwest::StatusCode::OK {
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+            let msg = format!("{url}: HTTP {status}: {text}");
+            return Err(CallError::Network(NetworkError::new(&TransportError(msg))));
+        }
+        let answer: Result<Resp, RaftError<E>> =
+            codec::decode(&bytes).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
+        answer.map_err(CallError::Remote)
+    }
+
+    fn rpc_error<E: Error>(&self, e: CallError<E>) -> openraft::error::RPCError<NodeId, Node, RaftError<E>> {
+        match e {
+            CallError::Unreachable(u) => u.into(),
+            CallError::Network(n) => n.into(),
+            CallError::Remote(r) => RemoteError::new_with_node(self.target, self.node.clone(), r).into(),
+        }
+    }
+}
+
+fn transport_error<E>(e: reqwest::Error) -> CallError<E> {
+    if e.is_connect() {
+        CallError::Unreachable(Unreachable::new(&e))
+    } else {
+        CallError::Network(NetworkError::new(&e))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for NetworkConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse, crate::typ::RPCError> {
+        self.call(APPEND_PATH, &rpc, option.hard_ttl())
+            .await
+            .map_err(|e| self.rpc_error(e))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse, crate::typ::RPCError<InstallSnapshotError>> {
+        self.call(SNAPSHOT_PATH, &rpc, option.hard_ttl())
+            .await
+            .map_err(|e| self.rpc_error(e))
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, crate::typ::RPCError> {
+        self.call(VOTE_PATH, &rpc, option.hard_ttl())
+            .await
+            .map_err(|e| self.rpc_error(e))
+    }
+}
+
+/// State of the internal routes.
+struct Internal {
+    raft: Raft,
+    secret: String,
+}
+
+/// The receiving side of peer RPCs: `POST /internal/raft/{append,vote,snapshot}`, each
+/// checking [`CLUSTER_SECRET_HEADER`] (401 if missing or wrong), decoding the body (400 if it
+/// does not decode) and answering `200` with the codec-encoded `Result<Resp, RaftError>`.
+///
+/// The routes carry their own [`DefaultBodyLimit`] of [`MAX_RPC_BODY`]; merge this router so
+/// that no smaller body-limit layer of the public API wraps it.
+pub fn internal_router(raft: Raft, secret: String) -> Router {
+    let state = Arc::new(Internal { raft, secret });
+    Router::new()
+        .route(APPEND_PATH, post(append))
+        .route(VOTE_PATH, post(vote))
+        .route(SNAPSHOT_PATH, post(snapshot))
+        .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        .with_state(state)
+}
+
+/// Compares without an early exit, so response time does not reveal how much of a guessed
+/// secret was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+fn authorized(state: &Internal, headers: &HeaderMap) -> bool {
+    headers
+        .get(CLUSTER_SECRET_HEADER)
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), state.secret.as_bytes()))
+}
+
+/// Runs one RPC handler: authenticate, decode, call, encode.
+async fn handle<Req, Resp, E, F, Fut>(state: &Internal, headers: &HeaderMap, body: &[u8], call: F) -> Response
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    E: Error + Serialize,
+    F: FnOnce(Raft, Req) -> Fut,
+    Fut: std::future::Future<Output = Result<Resp, RaftError<E>>>,
+{
+    if !authorized(state, headers) {
+        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
+    }
+    let req: Req = match codec::decode(body) {
+        Ok(req) => req,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+    };
+    let answer = call(state.raft.clone(), req).await;
+    match codec::encode(&answer) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, OCTET_STREAM)], bytes).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "encoding raft rpc answer");
+            (StatusCode::INTERNAL_SERVER_ERROR, "encoding raft rpc answer").into_response()
+        }
+    }
+}
+
+async fn append(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&state, &headers, &body, |raft, req: AppendEntriesRequest| async move {
+        raft.append_entries(req).await
+    })
+    .await
+}
+
+async fn vote(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&state, &headers, &body, |raft, req: VoteRequest| async move {
+        raft.vote(req).await
+    })
+    .await
+}
+
+async fn snapshot(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&state, &headers, &body, |raft, req: InstallSnapshotRequest| async move {
+        raft.install_snapshot(req).await
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn constant_time_eq_compares_bytes() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret!"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}

@@ -1,0 +1,241 @@
+//! The replicated state machine: committed entries go into [`raftlock_core::StateMachine`].
+//!
+//! The applied state lives in memory behind a shared lock so the server can answer reads
+//! from it directly ([`StateMachineStore::shared`]) and wake waiters when the applied index
+//! moves ([`StateMachineStore::subscribe_applied`]). Durability comes from snapshots: the
+//! latest one is kept in the `snapshot` tree of the same sled database, and on start-up the
+//! machine is restored from it while openraft re-applies the committed log after it.
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use raftlock_core::{codec, Limits, Outcome, StateMachine};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::typ::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+
+const SNAPSHOT_TREE: &str = "snapshot";
+const KEY_CURRENT: &[u8] = b"current";
+
+/// Everything a snapshot holds: the core machine plus what openraft needs to resume from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmData {
+    /// The last entry applied to `machine`.
+    pub last_applied: Option<LogId>,
+    /// The membership in effect as of `last_applied`.
+    pub last_membership: StoredMembership,
+    /// raftlock's own state.
+    pub machine: StateMachine,
+}
+
+/// The applied state, shared with the server for queries. Hold the read lock briefly: apply
+/// takes the write lock for each batch of committed entries.
+pub type SharedState = Arc<RwLock<SmData>>;
+
+/// The snapshot kept in sled: its metadata and the codec-encoded [`SmData`].
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+/// Storage shared by the state machine and its snapshot builders.
+#[derive(Clone)]
+struct Shared {
+    state: SharedState,
+    applied_tx: Arc<watch::Sender<u64>>,
+    db: sled::Db,
+    snapshots: sled::Tree,
+}
+
+/// openraft's [`RaftStateMachine`] for raftlock.
+pub struct StateMachineStore {
+    shared: Shared,
+}
+
+fn sm_read(e: &dyn std::error::Error) -> StorageError {
+    StorageIOError::read_state_machine(openraft::AnyError::error(e)).into()
+}
+fn snap_write(meta: &SnapshotMeta, e: &dyn std::error::Error) -> StorageError {
+    StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::error(e)).into()
+}
+fn snap_read(e: &dyn std::error::Error) -> StorageError {
+    StorageIOError::read_snapshot(None, openraft::AnyError::error(e)).into()
+}
+
+impl Shared {
+    fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StorageError> {
+        let Some(bytes) = self.snapshots.get(KEY_CURRENT).map_err(|e| snap_read(&e))? else {
+            return Ok(None);
+        };
+        Ok(Some(codec::decode(&bytes).map_err(|e| snap_read(&e))?))
+    }
+
+    /// Stores `snap` as the current snapshot and flushes, so the log before it may be purged.
+    async fn persist_snapshot(&self, snap: &StoredSnapshot) -> Result<(), StorageError> {
+        let bytes = codec::encode(snap).map_err(|e| snap_write(&snap.meta, &e))?;
+        self.snapshots
+            .insert(KEY_CURRENT, bytes)
+            .map_err(|e| snap_write(&snap.meta, &e))?;
+        self.db
+            .flush_async()
+            .await
+            .map_err(|e| snap_write(&snap.meta, &e))?;
+        Ok(())
+    }
+
+    fn publish_applied(&self, last_applied: Option<&LogId>) {
+        let index = last_applied.map_or(0, |id| id.index);
+        self.applied_tx.send_if_modified(|cur| {
+            let changed = *cur != index;
+            *cur = index;
+            changed
+        });
+    }
+}
+
+impl StateMachineStore {
+    /// Opens the snapshot tree of `db` and restores the machine from the latest snapshot, or
+    /// starts an empty machine with `limits` (see [`crate::open`]).
+    pub fn new(db: sled::Db, limits: Limits) -> anyhow::Result<Self> {
+        let snapshots = db.open_tree(SNAPSHOT_TREE)?;
+        let (applied_tx, _) = watch::channel(0);
+        let shared = Shared {
+            state: Arc::new(RwLock::new(SmData {
+                machine: StateMachine::new(limits),
+                ..Default::default()
+            })),
+            applied_tx: Arc::new(applied_tx),
+            db,
+            snapshots,
+        };
+        if let Some(snap) = shared.read_snapshot()? {
+            let mut data: SmData = codec::decode(&snap.data)?;
+            data.last_applied = snap.meta.last_log_id;
+            data.last_membership = snap.meta.last_membership;
+            shared.publish_applied(data.last_applied.as_ref());
+            *shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
+        }
+        Ok(StateMachineStore { shared })
+    }
+
+    /// The applied state, for queries. Reads see every entry applied so far on this node;
+    /// linearizable reads must first go through `Raft::ensure_linearizable`.
+    pub fn shared(&self) -> SharedState {
+        self.shared.state.clone()
+    }
+
+    /// The index of the last applied entry (0 before any), updated after each applied batch
+    /// and after installing a snapshot.
+    pub fn subscribe_applied(&self) -> watch::Receiver<u64> {
+        self.shared.applied_tx.subscribe()
+    }
+}
+
+/// Builds snapshots from the shared state; openraft runs it on its own task.
+pub struct SnapshotBuilder {
+    shared: Shared,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        // Encode under the read lock (no await inside): apply waits for at most one encode.
+        let (data, meta) = {
+            let state = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
+            let data = codec::encode(&*state).map_err(|e| sm_read(&e))?;
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let snapshot_id = match &state.last_applied {
+                Some(id) => format!("{}-{}-{}", id.leader_id, id.index, nanos),
+                None => format!("none-{nanos}"),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: state.last_applied.clone(),
+                last_membership: state.last_membership.clone(),
+                snapshot_id,
+            };
+            (data, meta)
+        };
+        let stored = StoredSnapshot { meta, data };
+        self.shared.persist_snapshot(&stored).await?;
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let state = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
+        Ok((state.last_applied.clone(), state.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Outcome>>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (replies, last_applied) = {
+            let mut state = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
+            let mut replies = Vec::new();
+            for entry in entries {
+                let reply = match &entry.payload {
+                    EntryPayload::Normal(cmd) => state.machine.apply(cmd),
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Membership(m) => {
+                        state.last_membership = StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                        Vec::new()
+                    }
+                };
+                state.last_applied = Some(entry.log_id);
+                replies.push(reply);
+            }
+            (replies, state.last_applied.clone())
+        };
+        self.shared.publish_applied(last_applied.as_ref());
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let mut data: SmData = codec::decode(&bytes).map_err(|e| snap_read(&e))?;
+        // The metadata is authoritative for where the snapshot puts this node.
+        data.last_applied = meta.last_log_id.clone();
+        data.last_membership = meta.last_membership.clone();
+        // Persist before replacing the state, so the log openraft purges next is covered.
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: bytes,
+        };
+        self.shared.persist_snapshot(&stored).await?;
+        let last_applied = data.last_applied.clone();
+        *self.shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
+        self.shared.publish_applied(last_applied.as_ref());
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        Ok(self.shared.read_snapshot()?.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}

@@ -1,0 +1,199 @@
+//! Node configuration: defaults, then a `--config` TOML file, then `RAFTLOCK_*` environment
+//! variables and flags (clap reads both), later sources winning.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Deserialize;
+
+/// Flags of `raftlock serve`. Every one may also come from the environment or the file.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeArgs {
+    /// TOML file with any of the options below (flags and environment override it).
+    #[arg(long, env = "RAFTLOCK_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// This node's id; must appear in --peers.
+    #[arg(long, env = "RAFTLOCK_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// Address serving clients and peers, e.g. 127.0.0.1:7001.
+    #[arg(long, env = "RAFTLOCK_LISTEN")]
+    pub listen: Option<String>,
+    /// Where log, vote and snapshots live.
+    #[arg(long, env = "RAFTLOCK_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Initial cluster: `1=host:port,2=host:port,...`.
+    #[arg(long, env = "RAFTLOCK_PEERS")]
+    pub peers: Option<String>,
+    /// Shared secret authenticating node-to-node traffic.
+    #[arg(long, env = "RAFTLOCK_CLUSTER_SECRET")]
+    pub cluster_secret: Option<String>,
+    /// Operator credential for the admin API.
+    #[arg(long, env = "RAFTLOCK_PLATFORM_TOKEN")]
+    pub platform_token: Option<String>,
+    /// How long a write or linearizable read may wait for the leader before answering 503.
+    #[arg(long, env = "RAFTLOCK_COMMIT_TIMEOUT_MS")]
+    pub commit_timeout_ms: Option<u64>,
+    /// How often the leader proposes a tick so leases expire without client traffic.
+    #[arg(long, env = "RAFTLOCK_TICK_MS")]
+    pub tick_ms: Option<u64>,
+    /// Raft heartbeat interval.
+    #[arg(long, env = "RAFTLOCK_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Lower bound of the randomized election timeout (upper bound is twice this).
+    #[arg(long, env = "RAFTLOCK_ELECTION_TIMEOUT_MS")]
+    pub election_timeout_ms: Option<u64>,
+    /// Build a snapshot (and compact the log) after this many entries.
+    #[arg(long, env = "RAFTLOCK_SNAPSHOT_LOGS")]
+    pub snapshot_logs: Option<u64>,
+    /// `text` or `json`.
+    #[arg(long, env = "RAFTLOCK_LOG_FORMAT")]
+    pub log_format: Option<String>,
+    /// tracing filter, e.g. `info` or `raftlock=debug,openraft=warn`.
+    #[arg(long, env = "RAFTLOCK_LOG")]
+    pub log: Option<String>,
+    /// Test-only: offset this node's wall clock by this many milliseconds (chaos tests).
+    #[arg(long, env = "RAFTLOCK_CLOCK_OFFSET_MS", allow_hyphen_values = true, hide = true)]
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// The resolved configuration of one node.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: u64,
+    pub listen: String,
+    pub data_dir: PathBuf,
+    /// node id → address, the static initial membership.
+    pub peers: BTreeMap<u64, String>,
+    pub cluster_secret: String,
+    pub platform_token: String,
+    pub commit_timeout: Duration,
+    pub tick: Duration,
+    pub heartbeat: Duration,
+    pub election_timeout: Duration,
+    pub snapshot_logs: u64,
+    pub log_format: String,
+    pub log: String,
+    pub clock_offset_ms: i64,
+}
+
+/// Parses `1=host:port,2=host:port`.
+pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').with_context(|| format!("peer {part:?}: want id=host:port"))?;
+        let id: u64 = id.trim().parse().with_context(|| format!("peer {part:?}: bad id"))?;
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            bail!("peer id {id} listed twice");
+        }
+    }
+    Ok(peers)
+}
+
+impl ServeArgs {
+    /// Fills unset fields from `other` (used to layer flags/env over the file).
+    fn or(self, other: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            config: self.config.or(other.config),
+            node_id: self.node_id.or(other.node_id),
+            listen: self.listen.or(other.listen),
+            data_dir: self.data_dir.or(other.data_dir),
+            peers: self.peers.or(other.peers),
+            cluster_secret: self.cluster_secret.or(other.cluster_secret),
+            platform_token: self.platform_token.or(other.platform_token),
+            commit_timeout_ms: self.commit_timeout_ms.or(other.commit_timeout_ms),
+            tick_ms: self.tick_ms.or(other.tick_ms),
+            heartbeat_ms: self.heartbeat_ms.or(other.heartbeat_ms),
+            election_timeout_ms: self.election_timeout_ms.or(other.election_timeout_ms),
+            snapshot_logs: self.snapshot_logs.or(other.snapshot_logs),
+            log_format: self.log_format.or(other.log_format),
+            log: self.log.or(other.log),
+            clock_offset_ms: self.clock_offset_ms.or(other.clock_offset_ms),
+        }
+    }
+
+    /// Resolves flags + environment + file + defaults into a [`Config`].
+    pub fn resolve(self) -> anyhow::Result<Config> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => ServeArgs::default(),
+        };
+        let a = self.or(file);
+        let node_id = a.node_id.unwrap_or(1);
+        let listen = a.listen.unwrap_or_else(|| "127.0.0.1:7001".to_string());
+        let peers = match &a.peers {
+            Some(text) => parse_peers(text)?,
+            None => BTreeMap::from([(node_id, listen.clone())]),
+        };
+        if !peers.contains_key(&node_id) {
+            bail!("--peers must list this node's id {node_id}");
+        }
+        let cluster_secret = a.cluster_secret.context("--cluster-secret (or RAFTLOCK_CLUSTER_SECRET) is required")?;
+        let platform_token = a.platform_token.context("--platform-token (or RAFTLOCK_PLATFORM_TOKEN) is required")?;
+        if cluster_secret.is_empty() || platform_token.is_empty() {
+            bail!("the cluster secret and platform token must not be empty");
+        }
+        Ok(Config {
+            node_id,
+            listen,
+            data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from(format!("./data/{node_id}"))),
+            peers,
+            cluster_secret,
+            platform_token,
+            commit_timeout: Duration::from_millis(a.commit_timeout_ms.unwrap_or(2000)),
+            tick: Duration::from_millis(a.tick_ms.unwrap_or(1000)),
+            heartbeat: Duration::from_millis(a.heartbeat_ms.unwrap_or(100)),
+            election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(400)),
+            snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
+            log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
+            log: a.log.unwrap_or_else(|| "info,openraft=warn,sled=warn".to_string()),
+            clock_offset_ms: a.clock_offset_ms.unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse() {
+        let p = parse_peers("1=127.0.0.1:7001, 2=127.0.0.1:7002").unwrap();
+        assert_eq!(p[&2], "127.0.0.1:7002");
+        assert!(parse_peers("1=a,1=b").is_err());
+        assert!(parse_peers("x=a").is_err());
+        assert!(parse_peers("1").is_err());
+    }
+
+    #[test]
+    fn flags_override_file_and_defaults_fill_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "node_id = 2\nlisten = \"127.0.0.1:9002\"\npeers = \"2=127.0.0.1:9002\"\ncluster_secret = \"s\"\nplatform_token = \"file\"\n").unwrap();
+        let args = ServeArgs { config: Some(path), platform_token: Some("flag".into()), ..Default::default() };
+        let c = args.resolve().unwrap();
+        assert_eq!((c.node_id, c.listen.as_str(), c.platform_token.as_str()), (2, "127.0.0.1:9002", "flag"));
+        assert_eq!(c.commit_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn missing_secret_and_foreign_peers_are_refused() {
+        let args = ServeArgs { platform_token: Some("t".into()), ..Default::default() };
+        assert!(args.resolve().is_err());
+        let args = ServeArgs {
+            node_id: Some(4),
+            peers: Some("1=a:1".into()),
+            cluster_secret: Some("s".into()),
+            platform_token: Some("t".into()),
+            ..Default::default()
+        };
+        assert!(args.resolve().is_err());
+    }
+}

@@ -1,0 +1,256 @@
+//! Admin API (platform token only): projects, keys, membership, and this node's view of the
+//! cluster. Key secrets are generated here, shown once in the 201 answer, and only their
+//! SHA-256 is replicated.
+
+use std::collections::BTreeSet;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, patch, post, put};
+use axum::{Json, Router};
+use openraft::{BasicNode, ChangeMembers};
+use raftlock_core::tenancy::KeyKind;
+use raftlock_core::{Op, Reply};
+use rand::distributions::{Alphanumeric, DistString};
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::errors::{ApiError, Dialect};
+use super::{auth, body};
+use crate::node::{Node, SharedNode};
+
+const D: Dialect = Dialect::Locks;
+
+/// Routes that must be decided by the leader (forwarded by followers).
+pub fn leader_routes() -> Router<SharedNode> {
+    Router::new()
+        .route("/admin/v1/projects", post(create_project).get(list_projects))
+        .route("/admin/v1/projects/{name}", patch(update_project).get(get_project))
+        .route("/admin/v1/projects/{name}/keys", post(create_key))
+        .route("/admin/v1/projects/{name}/keys/{key_id}", delete(revoke_key))
+        .route("/admin/v1/cluster/learners", post(add_learner))
+        .route("/admin/v1/cluster/voters", put(change_voters))
+        .route("/admin/v1/cluster/nodes/{id}", delete(remove_node))
+}
+
+/// Routes answered by whichever node receives them.
+pub fn local_routes() -> Router<SharedNode> {
+    Router::new().route("/admin/v1/cluster", get(cluster))
+}
+
+async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
+    let outcome = node.propose(op).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    outcome.map_err(|e| ApiError::from_core(D, e))
+}
+
+#[derive(Deserialize)]
+struct NewProject {
+    name: String,
+}
+
+async fn create_project(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let NewProject { name } = body::json(&body::read(b, D).await?, D)?;
+    match decide(&node, Op::CreateProject { name }).await? {
+        Reply::Project(p) => Ok((StatusCode::CREATED, Json(p)).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn list_projects(State(node): State<SharedNode>, headers: HeaderMap) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let projects = node.linearizable(|sm, _| sm.projects()).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    Ok(Json(json!({ "projects": projects })).into_response())
+}
+
+async fn get_project(
+    State(node): State<SharedNode>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let project =
+        node.linearizable(|sm, _| sm.project(&name)).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    project
+        .map(|p| Json(p).into_response())
+        .ok_or_else(|| ApiError::new(D, StatusCode::NOT_FOUND, "project not found"))
+}
+
+#[derive(Deserialize)]
+struct ProjectPatch {
+    lock_ops_per_minute: Option<u32>,
+    hier_ops_per_minute: Option<u32>,
+}
+
+async fn update_project(
+    State(node): State<SharedNode>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let p: ProjectPatch = body::json(&body::read(b, D).await?, D)?;
+    let op = Op::UpdateProject {
+        name,
+        lock_ops_per_minute: p.lock_ops_per_minute,
+        hier_ops_per_minute: p.hier_ops_per_minute,
+    };
+    match decide(&node, op).await? {
+        Reply::Project(p) => Ok(Json(p).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewKey {
+    kind: KeyKind,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+/// A new key id (16 hex chars) and its full secret `rlk_<id>_<40 random alphanumerics>`.
+fn generate_key() -> (String, String) {
+    let mut rng = rand::thread_rng();
+    let key_id = format!("{:016x}", rng.gen::<u64>());
+    let secret = format!("{}{key_id}_{}", auth::KEY_PREFIX, Alphanumeric.sample_string(&mut rng, 40));
+    (key_id, secret)
+}
+
+async fn create_key(
+    State(node): State<SharedNode>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let NewKey { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
+    if scopes.len() > 32 || scopes.iter().any(|s| s.is_empty() || s.len() > 64) {
+        return Err(ApiError::bad_request(D, "scopes: at most 32 entries of 1-64 characters"));
+    }
+    let (key_id, secret) = generate_key();
+    let op = Op::CreateKey { project, key_id, kind, scopes, secret_hash: auth::hash_secret(&secret) };
+    match decide(&node, op).await? {
+        Reply::Key(k) => Ok((
+            StatusCode::CREATED,
+            Json(json!({ "key_id": k.key_id, "secret": secret, "kind": k.kind, "scopes": k.scopes })),
+        )
+            .into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn revoke_key(
+    State(node): State<SharedNode>,
+    Path((project, key_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    auth::platform(&node, &headers)?;
+    decide(&node, Op::RevokeKey { project, key_id }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn unexpected(reply: Reply) -> ApiError {
+    ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply {reply:?}"))
+}
+
+fn membership_error(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(D, StatusCode::CONFLICT, format!("membership change refused: {e}")).with_code("membership_change_failed")
+}
+
+#[derive(Deserialize)]
+struct NewLearner {
+    node_id: u64,
+    addr: String,
+}
+
+/// Adds a learner and waits until it has caught up with the log.
+async fn add_learner(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let NewLearner { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
+    node.raft.add_learner(node_id, BasicNode { addr }, true).await.map_err(membership_error)?;
+    Ok(Json(cluster_view(&node)).into_response())
+}
+
+#[derive(Deserialize)]
+struct Voters {
+    voters: BTreeSet<u64>,
+}
+
+/// Replaces the voter set (joint consensus); nodes must already be members (learners).
+async fn change_voters(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let Voters { voters } = body::json(&body::read(b, D).await?, D)?;
+    if voters.is_empty() {
+        return Err(ApiError::bad_request(D, "voters must not be empty"));
+    }
+    node.raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), true).await.map_err(membership_error)?;
+    Ok(Json(cluster_view(&node)).into_response())
+}
+
+/// Removes a node: demotes it if it votes, then drops it from the membership.
+async fn remove_node(
+    State(node): State<SharedNode>,
+    Path(id): Path<u64>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let is_voter = node.raft.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id);
+    if is_voter {
+        let remove = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
+        node.raft.change_membership(remove, true).await.map_err(membership_error)?;
+    }
+    let drop = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+    node.raft.change_membership(drop, false).await.map_err(membership_error)?;
+    Ok(Json(cluster_view(&node)).into_response())
+}
+
+async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    Ok(Json(cluster_view(&node)).into_response())
+}
+
+/// This node's view: `{"node_id","leader","term","commit_index","applied_index","members"}`.
+pub fn cluster_view(node: &Node) -> Value {
+    let m = node.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let members: Vec<Value> = membership
+        .nodes()
+        .map(|(id, n)| json!({ "id": id, "addr": n.addr, "voter": voters.contains(id) }))
+        .collect();
+    json!({
+        "node_id": node.config.node_id,
+        "leader": m.current_leader,
+        "term": m.current_term,
+        "commit_index": node_commit_index(node).unwrap_or(0),
+        "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0),
+        "last_log_index": m.last_log_index.unwrap_or(0),
+        "state": format!("{:?}", m.state),
+        "members": members,
+    })
+}
+
+fn node_commit_index(node: &Node) -> Option<u64> {
+    // openraft 0.9 does not expose the commit index in metrics; the applied index trails it
+    // by at most the entries being applied right now, and the leader's replication metrics
+    // give the quorum-acknowledged index.
+    let m = node.raft.metrics().borrow().clone();
+    match &m.replication {
+        Some(repl) => {
+            let membership = m.membership_config.membership();
+            let mut matched: Vec<u64> = membership
+                .voter_ids()
+                .map(|id| match id == node.config.node_id {
+                    true => m.last_log_index.unwrap_or(0),
+                    false => repl.get(&id).copied().flatten().map(|l| l.index).unwrap_or(0),
+                })
+                .collect();
+            matched.sort_unstable_by(|a, b| b.cmp(a));
+            matched.get(matched.len() / 2).copied().or(m.last_applied.map(|l| l.index))
+        }
+        None => m.last_applied.map(|l| l.index),
+    }
+}

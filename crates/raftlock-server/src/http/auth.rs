@@ -1,0 +1,130 @@
+//! §3 authentication: who is calling, and may they call this route.
+//!
+//! Keys look like `rlk_<key_id>_<secret>`; the key id locates the record and the SHA-256 of
+//! the whole string is compared in constant time with the stored hash. Missing or unknown
+//! credentials get 401; known credentials of the wrong kind or scope get 403. Neither
+//! response says whether a given key exists.
+
+use axum::http::{header, HeaderMap, StatusCode};
+use raftlock_core::machine::KeyCheck;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::errors::{ApiError, Dialect};
+use crate::node::Node;
+
+/// Prefix of every API key secret.
+pub const KEY_PREFIX: &str = "rlk_";
+
+/// What the bearer token turned out to be.
+enum Credential {
+    Missing,
+    Platform,
+    /// A three-segment JWT-shaped token (auth-user access token); never valid for locks.
+    UserJwt,
+    Key { key_id: String, hash: [u8; 32] },
+    Garbage,
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+fn looks_like_jwt(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+}
+
+/// SHA-256 of a presented secret.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+fn classify(node: &Node, headers: &HeaderMap) -> Credential {
+    let Some(token) = bearer(headers) else { return Credential::Missing };
+    if bool::from(token.as_bytes().ct_eq(node.config.platform_token.as_bytes())) {
+        return Credential::Platform;
+    }
+    if let Some(rest) = token.strip_prefix(KEY_PREFIX) {
+        if let Some((key_id, _)) = rest.split_once('_') {
+            return Credential::Key { key_id: key_id.to_string(), hash: hash_secret(token) };
+        }
+    }
+    if looks_like_jwt(token) {
+        return Credential::UserJwt;
+    }
+    Credential::Garbage
+}
+
+fn unauthorized(d: Dialect) -> ApiError {
+    ApiError::new(d, StatusCode::UNAUTHORIZED, "missing or invalid credentials")
+}
+
+fn forbidden(d: Dialect, why: &str) -> ApiError {
+    ApiError::new(d, StatusCode::FORBIDDEN, why)
+}
+
+/// Authenticates a §4/§5 caller and returns its project.
+pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<String, ApiError> {
+    match classify(node, headers) {
+        Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
+        Credential::Platform => Err(forbidden(d, "platform tokens may not call lock endpoints")),
+        Credential::UserJwt => Err(forbidden(d, "auth-user access tokens may not call lock endpoints")),
+        Credential::Key { key_id, hash } => node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+            KeyCheck::Unknown => Err(unauthorized(d)),
+            KeyCheck::Known { key, .. } if !key.may_manage_locks() => {
+                Err(forbidden(d, "this key may not manage locks (needs service_role or scope locks.manage)"))
+            }
+            KeyCheck::Known { project, .. } => Ok(project.to_string()),
+        }),
+    }
+}
+
+/// Authenticates an admin caller (platform token only).
+pub fn platform(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
+    let d = Dialect::Locks;
+    match classify(node, headers) {
+        Credential::Platform => Ok(()),
+        Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
+        Credential::UserJwt => Err(forbidden(d, "only the platform token may call the admin API")),
+        Credential::Key { key_id, hash } => node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+            KeyCheck::Unknown => Err(unauthorized(d)),
+            KeyCheck::Known { .. } => Err(forbidden(d, "only the platform token may call the admin API")),
+        }),
+    }
+}
+
+/// Checks the cluster secret on node-to-node requests (forwarded client calls).
+pub fn cluster_secret_ok(node: &Node, headers: &HeaderMap) -> bool {
+    headers
+        .get(raftlock_raft::CLUSTER_SECRET_HEADER)
+        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(node.config.cluster_secret.as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jwt_shape() {
+        assert!(looks_like_jwt("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln"));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("a..c"));
+        assert!(!looks_like_jwt("rlk_abc_def"));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "bearer  ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+    }
+}

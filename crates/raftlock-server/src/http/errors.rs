@@ -1,0 +1,135 @@
+//! The two error dialects of the public API and how core errors map onto them.
+//!
+//! §4 routes and the admin API answer `{"error":"…","code":"…"}`; §5 routes answer
+//! `{"code":"…","message":"…"}` with gRPC status names. Codes are stable strings.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use raftlock_core::CoreError;
+use serde_json::json;
+
+use crate::node::Unavailable;
+
+/// Which API a request belongs to, which decides the error body shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// §4 project locks and the admin API.
+    Locks,
+    /// §5 RPC-style routes.
+    Rpc,
+}
+
+impl Dialect {
+    /// Infers the dialect from a request path.
+    pub fn of_path(path: &str) -> Dialect {
+        if path.starts_with("/v1beta/") {
+            Dialect::Rpc
+        } else {
+            Dialect::Locks
+        }
+    }
+}
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub dialect: Dialect,
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Seconds for `Retry-After` (rate limiting).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(dialect: Dialect, status: StatusCode, message: impl Into<String>) -> Self {
+        let code = match (dialect, status) {
+            (Dialect::Locks, StatusCode::UNAUTHORIZED) => "unauthorized",
+            (Dialect::Locks, StatusCode::FORBIDDEN) => "forbidden",
+            (Dialect::Locks, StatusCode::TOO_MANY_REQUESTS) => "lock_rate_limited",
+            (Dialect::Locks, StatusCode::SERVICE_UNAVAILABLE) => "lock_service_unavailable",
+            (Dialect::Locks, StatusCode::NOT_FOUND) => "not_found",
+            (Dialect::Locks, StatusCode::CONFLICT) => "conflict",
+            (Dialect::Locks, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
+            (Dialect::Locks, _) => "invalid_request",
+            (Dialect::Rpc, StatusCode::UNAUTHORIZED) => "unauthenticated",
+            (Dialect::Rpc, StatusCode::FORBIDDEN) => "permission_denied",
+            (Dialect::Rpc, StatusCode::NOT_FOUND) => "not_found",
+            (Dialect::Rpc, StatusCode::CONFLICT) => "already_exists",
+            (Dialect::Rpc, StatusCode::TOO_MANY_REQUESTS) => "resource_exhausted",
+            (Dialect::Rpc, StatusCode::SERVICE_UNAVAILABLE) => "unavailable",
+            (Dialect::Rpc, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
+            (Dialect::Rpc, _) => "invalid_argument",
+        };
+        ApiError { dialect, status, code, message: message.into(), retry_after: None }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = code;
+        self
+    }
+
+    pub fn bad_request(dialect: Dialect, message: impl Into<String>) -> Self {
+        ApiError::new(dialect, StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn unavailable(dialect: Dialect, why: impl std::fmt::Display) -> Self {
+        ApiError::new(dialect, StatusCode::SERVICE_UNAVAILABLE, format!("lock service unavailable: {why}"))
+    }
+
+    pub fn rate_limited(dialect: Dialect, retry_after: u64) -> Self {
+        let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded for this project");
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// Maps a state-machine refusal onto the dialect's status and code.
+    pub fn from_core(dialect: Dialect, err: CoreError) -> Self {
+        let message = err.to_string();
+        match (&err, dialect) {
+            (CoreError::Invalid { .. }, _) => ApiError::bad_request(dialect, message),
+            (CoreError::LockHeld, _) => {
+                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code(match dialect {
+                    Dialect::Locks => "lock_held",
+                    Dialect::Rpc => "failed_precondition",
+                })
+            }
+            (CoreError::OwnershipLost, _) => {
+                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code(match dialect {
+                    Dialect::Locks => "lock_ownership_lost",
+                    Dialect::Rpc => "failed_precondition",
+                })
+            }
+            (CoreError::NotFound(_), _) => ApiError::new(dialect, StatusCode::NOT_FOUND, message),
+            (CoreError::AlreadyExists(_), Dialect::Locks) => {
+                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code("already_exists")
+            }
+            (CoreError::AlreadyExists(_), Dialect::Rpc) => ApiError::new(dialect, StatusCode::CONFLICT, message),
+            (CoreError::ResourceExhausted(_), Dialect::Locks) => {
+                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message).with_code("resource_exhausted")
+            }
+            (CoreError::ResourceExhausted(_), Dialect::Rpc) => {
+                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
+            }
+        }
+    }
+
+    pub fn from_unavailable(dialect: Dialect, err: Unavailable) -> Self {
+        ApiError::unavailable(dialect, err)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match self.dialect {
+            Dialect::Locks => json!({ "error": self.message, "code": self.code }),
+            Dialect::Rpc => json!({ "code": self.code, "message": self.message }),
+        };
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

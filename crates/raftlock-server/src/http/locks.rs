@@ -1,0 +1,187 @@
+//! §4 project-lock routes. Handlers run on the leader (followers forward): authenticate,
+//! count the request against the project's rate limit, validate, then propose or read.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use raftlock_core::command::LockAction;
+use raftlock_core::project_locks::LockRead;
+use raftlock_core::{validate, Nanos, Op, Reply};
+use serde::Deserialize;
+use serde_json::json;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::errors::{ApiError, Dialect};
+use super::{auth, body};
+use crate::node::SharedNode;
+
+const D: Dialect = Dialect::Locks;
+
+/// Header carrying the caller's per-lease UUID.
+pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
+
+pub fn routes() -> Router<SharedNode> {
+    Router::new()
+        .route("/locks/{key}/lease", post(acquire).patch(renew).delete(release))
+        .route("/locks/{key}", get(read).delete(force_release))
+}
+
+#[derive(Deserialize)]
+struct TtlBody {
+    ttl_seconds: u64,
+}
+
+/// RFC 3339 UTC, whole seconds rounded down (an owner never believes in a later expiry).
+pub fn rfc3339_floor(t: Nanos) -> String {
+    let secs = t.div_euclid(1_000_000_000);
+    OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|d| d.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "invalid".to_string())
+}
+
+fn lock_token(headers: &HeaderMap) -> Result<u128, ApiError> {
+    let raw = headers
+        .get(LOCK_TOKEN_HEADER)
+        .ok_or_else(|| ApiError::bad_request(D, "missing X-Volcano-Lock-Token header"))?;
+    let text = raw.to_str().map_err(|_| ApiError::bad_request(D, "X-Volcano-Lock-Token must be a UUID"))?;
+    uuid::Uuid::parse_str(text.trim())
+        .map(|u| u.as_u128())
+        .map_err(|_| ApiError::bad_request(D, "X-Volcano-Lock-Token must be a UUID"))
+}
+
+/// Authenticates and counts the request; returns the caller's project.
+fn admit(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiError> {
+    let project = auth::lock_caller(node, headers, D)?;
+    let (limit, _) = node.read_local(|sm, _| sm.rate_limits(&project));
+    if let Err(retry_after) = node.admit(&project, limit) {
+        metrics::counter!("raftlock_rate_limited_total", "api" => "locks").increment(1);
+        return Err(ApiError::rate_limited(D, retry_after));
+    }
+    Ok(project)
+}
+
+fn check_key(key: &str) -> Result<(), ApiError> {
+    validate::lock_key(key).map_err(|e| ApiError::from_core(D, e))
+}
+
+async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
+    let outcome = node.propose(op).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    outcome.map_err(|e| ApiError::from_core(D, e))
+}
+
+fn lease_body(reply: Reply) -> Result<Response, ApiError> {
+    match reply {
+        Reply::Lease { expires_at, fencing_token } => Ok(Json(json!({
+            "expires_at": rfc3339_floor(expires_at),
+            "fencing_token": fencing_token,
+        }))
+        .into_response()),
+        other => Err(ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply {other:?}"))),
+    }
+}
+
+async fn lease_call(
+    node: SharedNode,
+    key: String,
+    headers: HeaderMap,
+    body: Body,
+    make: fn(u128, u64) -> LockAction,
+) -> Result<Response, ApiError> {
+    let project = admit(&node, &headers)?;
+    check_key(&key)?;
+    let token = lock_token(&headers)?;
+    let TtlBody { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
+    validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
+    let reply = decide(&node, Op::ProjectLock { project, key, action: make(token, ttl_seconds) }).await?;
+    lease_body(reply)
+}
+
+async fn acquire(
+    State(node): State<SharedNode>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    lease_call(node, key, headers, body, |token, ttl_seconds| LockAction::Acquire { token, ttl_seconds }).await
+}
+
+async fn renew(
+    State(node): State<SharedNode>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    lease_call(node, key, headers, body, |token, ttl_seconds| LockAction::Renew { token, ttl_seconds }).await
+}
+
+async fn release(
+    State(node): State<SharedNode>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let project = admit(&node, &headers)?;
+    check_key(&key)?;
+    let token = lock_token(&headers)?;
+    decide(&node, Op::ProjectLock { project, key, action: LockAction::Release { token } }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn force_release(
+    State(node): State<SharedNode>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let project = admit(&node, &headers)?;
+    check_key(&key)?;
+    decide(&node, Op::ProjectLock { project, key, action: LockAction::ForceRelease }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn read(
+    State(node): State<SharedNode>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let project = admit(&node, &headers)?;
+    check_key(&key)?;
+    let read = node
+        .linearizable(|sm, now| sm.read_lock(&project, &key, now))
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?
+        .map_err(|e| ApiError::from_core(D, e))?;
+    Ok(match read {
+        LockRead::Free => Json(json!({ "held": false })).into_response(),
+        LockRead::Held { expires_at, fencing_token } => Json(json!({
+            "held": true,
+            "expires_at": rfc3339_floor(expires_at),
+            "fencing_token": fencing_token,
+        }))
+        .into_response(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_rounded_down_to_whole_seconds() {
+        let t = 1_784_556_010 * 1_000_000_000 + 999_999_999;
+        assert_eq!(rfc3339_floor(t), "2026-07-20T14:00:10Z");
+    }
+
+    #[test]
+    fn lock_token_must_be_a_uuid() {
+        let mut h = HeaderMap::new();
+        assert!(lock_token(&h).is_err());
+        h.insert(LOCK_TOKEN_HEADER, "not-a-uuid".parse().unwrap());
+        assert!(lock_token(&h).is_err());
+        h.insert(LOCK_TOKEN_HEADER, "4f83efc2-8fe7-42e8-8347-43493dc5bd8f".parse().unwrap());
+        assert_eq!(lock_token(&h).unwrap(), 0x4f83efc2_8fe7_42e8_8347_43493dc5bd8f);
+    }
+}

@@ -1,0 +1,94 @@
+//! The HTTP surface of a node: one listener serves clients, operators and peers.
+//!
+//! Client routes (§4, §5, admin writes) pass through [`forward::to_leader`]; health, metrics,
+//! this node's cluster view and the Raft RPCs are answered locally.
+
+pub mod admin;
+pub mod auth;
+pub mod body;
+pub mod errors;
+pub mod forward;
+pub mod locks;
+pub mod rpc;
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::node::SharedNode;
+use crate::telemetry;
+use errors::{ApiError, Dialect};
+
+/// Request correlation header of §4, reused for every route.
+pub const REQUEST_ID_HEADER: &str = "x-volcano-request-id";
+
+/// Builds the whole router of a node.
+pub fn router(node: SharedNode) -> Router {
+    let leader_routes = Router::new()
+        .merge(locks::routes())
+        .merge(rpc::routes())
+        .merge(admin::leader_routes())
+        .route_layer(middleware::from_fn_with_state(node.clone(), forward::to_leader));
+    let local_routes = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .merge(admin::local_routes());
+    let internal = raftlock_raft::internal_router(node.raft.clone(), node.config.cluster_secret.clone());
+    let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    Router::new()
+        .merge(leader_routes)
+        .merge(local_routes)
+        .fallback(not_found)
+        .route_layer(middleware::from_fn(record_metrics))
+        .with_state(node)
+        .merge(internal)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(telemetry::request_span))
+                .layer(PropagateRequestIdLayer::new(request_id)),
+        )
+}
+
+async fn not_found(req: Request) -> ApiError {
+    let d = Dialect::of_path(req.uri().path());
+    ApiError::new(d, StatusCode::NOT_FOUND, format!("no route for {} {}", req.method(), req.uri().path()))
+}
+
+/// 200 while this node is a member of a cluster that has a leader.
+async fn readyz(State(node): State<SharedNode>) -> Response {
+    let m = node.raft.metrics().borrow().clone();
+    let member = m.membership_config.membership().get_node(&node.config.node_id).is_some();
+    match (member, m.current_leader) {
+        (true, Some(leader)) => (StatusCode::OK, format!("ready, leader {leader}")).into_response(),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader").into_response(),
+    }
+}
+
+async fn metrics_text(State(node): State<SharedNode>) -> Response {
+    telemetry::refresh_gauges(&node);
+    telemetry::render_metrics().into_response()
+}
+
+/// Counts requests by route and status and records their latency.
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("raftlock_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!("raftlock_http_request_duration_seconds", "route" => route)
+        .record(start.elapsed().as_secs_f64());
+    resp
+}

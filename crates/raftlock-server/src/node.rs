@@ -1,0 +1,178 @@
+//! One running raftlock node: its Raft instance, the applied state, the batching proposer,
+//! the leader-side rate limiter and the client used to forward requests to the leader.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use openraft::BasicNode;
+use raftlock_core::machine::StateMachine;
+use raftlock_core::ratelimit::FixedWindow;
+use raftlock_core::{Nanos, Op, Outcome};
+use raftlock_raft::{Raft, SharedState};
+
+use crate::config::Config;
+use crate::proposer::Proposer;
+
+/// Why a request could not be decided; always answered with 503.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// Shared handle to everything a request handler needs.
+pub type SharedNode = Arc<Node>;
+
+pub struct Node {
+    /// Resolved configuration (ids, secrets, timeouts).
+    pub config: Config,
+    /// The Raft instance; the source of leadership and commit.
+    pub raft: Raft,
+    /// The applied state machine, read by queries after `ensure_linearizable`.
+    state: SharedState,
+    /// Batches concurrent writes into one log entry (group commit).
+    proposer: Proposer,
+    /// Rate-limit windows; only meaningful on the leader, where every request is decided.
+    limiter: Mutex<FixedWindow>,
+    /// Client for forwarding requests to the leader.
+    pub forward_client: reqwest::Client,
+}
+
+impl Node {
+    /// Opens storage, builds the Raft instance and starts the proposer.
+    pub async fn start(config: Config) -> anyhow::Result<SharedNode> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        let (log_store, sm_store) = raftlock_raft::open(&config.data_dir)?;
+        let state = sm_store.shared();
+        let raft_config = openraft::Config {
+            cluster_name: "raftlock".into(),
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout.as_millis() as u64,
+            election_timeout_max: 2 * config.election_timeout.as_millis() as u64,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
+            max_in_snapshot_log_to_keep: 1000,
+            install_snapshot_timeout: 10_000,
+            ..Default::default()
+        }
+        .validate()?;
+        let network = raftlock_raft::Network::new(config.cluster_secret.clone());
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm_store)
+            .await
+            .context("starting raft")?;
+        let proposer = Proposer::start(raft.clone(), config.commit_timeout, config.clock_offset_ms);
+        let forward_client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Arc::new(Node {
+            config,
+            raft,
+            state,
+            proposer,
+            limiter: Mutex::new(FixedWindow::default()),
+            forward_client,
+        }))
+    }
+
+    /// Initializes the cluster from `--peers` when this node has the lowest id and the
+    /// cluster has never been initialized; everyone else waits to be contacted.
+    pub async fn bootstrap(&self) -> anyhow::Result<()> {
+        let lowest = *self.config.peers.keys().next().expect("peers include this node");
+        if lowest != self.config.node_id || self.raft.is_initialized().await? {
+            return Ok(());
+        }
+        let members: BTreeMap<u64, BasicNode> =
+            self.config.peers.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => tracing::info!("initialized cluster from --peers"),
+            Err(e) => tracing::info!(error = %e, "cluster already initialized"),
+        }
+        Ok(())
+    }
+
+    /// This node's wall clock (plus the test-only offset), in nanoseconds.
+    pub fn now(&self) -> Nanos {
+        wall_clock(self.config.clock_offset_ms)
+    }
+
+    /// The leader's id and address, if one is known.
+    pub fn leader(&self) -> Option<(u64, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
+        Some((id, addr))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader().is_some_and(|(id, _)| id == self.config.node_id)
+    }
+
+    /// Waits up to the commit timeout for some leader to be known.
+    pub async fn wait_for_leader(&self) -> Option<(u64, String)> {
+        let mut rx = self.raft.metrics();
+        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
+        loop {
+            if let Some(l) = self.leader() {
+                return Some(l);
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Proposes one op through the log and returns its outcome once applied.
+    pub async fn propose(&self, op: Op) -> Result<Outcome, Unavailable> {
+        self.proposer.propose(op).await
+    }
+
+    /// Runs `read` against the state after confirming leadership with a quorum, so the
+    /// answer is linearizable. Bounded by the commit timeout.
+    pub async fn linearizable<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> Result<T, Unavailable> {
+        let check = tokio::time::timeout(self.config.commit_timeout, self.raft.ensure_linearizable()).await;
+        match check {
+            Ok(Ok(_)) => Ok(self.read_local(read)),
+            Ok(Err(e)) => Err(Unavailable(format!("cannot confirm leadership: {e}"))),
+            Err(_) => Err(Unavailable("leadership not confirmed in time".into())),
+        }
+    }
+
+    /// Reads the locally applied state without any leadership check (auth lookups on the
+    /// leader, metrics). Never use this to answer an ownership question.
+    pub fn read_local<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> T {
+        let guard = self.state.read().expect("state lock poisoned");
+        let now = guard.machine.query_time(self.now());
+        read(&guard.machine, now)
+    }
+
+    /// Counts one request of `bucket` against `limit` per minute (0 = unlimited).
+    pub fn admit(&self, bucket: &str, limit: u32) -> Result<(), u64> {
+        let now = self.now();
+        self.limiter.lock().expect("limiter poisoned").admit(bucket, limit, now)
+    }
+
+    /// Proposes a tick every `tick` while leader, so leases expire without client traffic.
+    pub fn spawn_ticker(self: &Arc<Self>) {
+        let node = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(node.config.tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if node.is_leader() {
+                    if let Err(e) = node.propose(Op::Tick).await {
+                        tracing::debug!(error = %e, "tick not committed");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Wall-clock nanoseconds since the epoch, shifted by `offset_ms`.
+pub fn wall_clock(offset_ms: i64) -> Nanos {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    since.as_nanos() as Nanos + offset_ms * 1_000_000
+}

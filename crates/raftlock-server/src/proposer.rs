@@ -1,0 +1,85 @@
+//! Group commit: concurrent writes are gathered into one [`Command`] (one log entry, one
+//! replication round trip, one fsync per node), stamped with the leader's clock.
+//!
+//! A background task takes everything queued, proposes it as a batch, and hands each caller
+//! its own outcome. A few batches may be in flight at once so the log pipeline stays full.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use raftlock_core::{Command, Op, Outcome};
+use raftlock_raft::Raft;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::node::{wall_clock, Unavailable};
+
+/// Most ops in one log entry; bounds entry size and apply latency.
+const MAX_BATCH: usize = 1024;
+/// Batches proposed concurrently.
+const MAX_IN_FLIGHT: usize = 4;
+
+type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
+
+/// Handle to the batching task.
+#[derive(Clone)]
+pub struct Proposer {
+    queue: mpsc::Sender<(Op, Reply)>,
+    /// How long a caller waits for its batch to commit before answering 503.
+    timeout: Duration,
+}
+
+impl Proposer {
+    pub fn start(raft: Raft, timeout: Duration, clock_offset_ms: i64) -> Self {
+        let (tx, rx) = mpsc::channel(16 * MAX_BATCH);
+        tokio::spawn(run(raft, rx, timeout, clock_offset_ms));
+        Proposer { queue: tx, timeout }
+    }
+
+    /// Proposes `op` and waits (bounded) for its outcome.
+    pub async fn propose(&self, op: Op) -> Result<Outcome, Unavailable> {
+        let (tx, rx) = oneshot::channel();
+        self.queue.send((op, tx)).await.map_err(|_| Unavailable("node is shutting down".into()))?;
+        match tokio::time::timeout(self.timeout + Duration::from_millis(100), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Unavailable("proposal dropped".into())),
+            Err(_) => Err(Unavailable("not committed in time".into())),
+        }
+    }
+}
+
+async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration, clock_offset_ms: i64) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        let permit = Arc::clone(&slots).acquire_owned().await.expect("semaphore never closed");
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
+            let cmd = Command { stamp: wall_clock(clock_offset_ms), ops };
+            let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
+                Ok(Ok(resp)) => Ok(resp.data),
+                Ok(Err(e)) => Err(Unavailable(format!("write not accepted: {e}"))),
+                Err(_) => Err(Unavailable("write not committed in time".into())),
+            };
+            drop(permit);
+            match result {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
