@@ -31,7 +31,11 @@ pub fn binary() -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (bound then released; the OS will not reuse it at once).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `check` until it yields `Some`, or fails after `within`.
@@ -92,16 +96,29 @@ impl Cluster {
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
             let addr = format!("127.0.0.1:{}", free_port());
-            nodes.insert(id, NodeProc { addr, data_dir: dir.path().join(id.to_string()), child: None });
+            nodes.insert(
+                id,
+                NodeProc {
+                    addr,
+                    data_dir: dir.path().join(id.to_string()),
+                    child: None,
+                },
+            );
         }
-        let peers = nodes.iter().map(|(id, n)| format!("{id}={}", n.addr)).collect::<Vec<_>>().join(",");
+        let peers = nodes
+            .iter()
+            .map(|(id, n)| format!("{id}={}", n.addr))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = Cluster {
             nodes,
             peers,
             secret: format!("secret-{}", uuid::Uuid::new_v4()),
             platform: format!("platform-{}", uuid::Uuid::new_v4()),
             _dir: dir,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()?,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n {
@@ -114,12 +131,29 @@ impl Cluster {
     fn spawn(&mut self, id: u64, peers: &str) -> Result<()> {
         let node = self.nodes.get_mut(&id).context("unknown node")?;
         let log = std::env::var("RAFTLOCK_TEST_LOG").unwrap_or_else(|_| "warn".into());
-        let stderr = if std::env::var("RAFTLOCK_TEST_LOG").is_ok() { Stdio::inherit() } else { Stdio::null() };
+        let stderr = if std::env::var("RAFTLOCK_TEST_LOG").is_ok() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        };
         let child = Command::new(binary())
-            .args(["serve", "--node-id", &id.to_string(), "--listen", &node.addr, "--peers", peers])
+            .args([
+                "serve",
+                "--node-id",
+                &id.to_string(),
+                "--listen",
+                &node.addr,
+                "--peers",
+                peers,
+            ])
             .arg("--data-dir")
             .arg(&node.data_dir)
-            .args(["--cluster-secret", &self.secret, "--platform-token", &self.platform])
+            .args([
+                "--cluster-secret",
+                &self.secret,
+                "--platform-token",
+                &self.platform,
+            ])
             .args(&self.extra_args)
             .env("RAFTLOCK_LOG", log)
             .stdin(Stdio::null())
@@ -135,12 +169,18 @@ impl Cluster {
     pub fn spawn_extra(&mut self, id: u64) -> Result<String> {
         let addr = format!("127.0.0.1:{}", free_port());
         let data_dir = self._dir.path().join(id.to_string());
-        self.nodes.insert(id, NodeProc { addr: addr.clone(), data_dir, child: None });
-        let peers = format!("{id}={addr}");
-        // A joining node lists only itself but must not initialize: give it a higher id than
-        // an existing member by listing a lower phantom id first.
-        let peers = format!("0=127.0.0.1:1,{peers}");
-        self.spawn(id, &peers)?;
+        self.nodes.insert(
+            id,
+            NodeProc {
+                addr: addr.clone(),
+                data_dir,
+                child: None,
+            },
+        );
+        self.extra_args.push("--join".into());
+        let spawned = self.spawn(id, &format!("{id}={addr}"));
+        self.extra_args.pop();
+        spawned?;
         Ok(addr)
     }
 
@@ -176,7 +216,14 @@ impl Cluster {
 
     /// This node's `/admin/v1/cluster` view, if it answers.
     pub async fn view(&self, id: u64) -> Option<Value> {
-        let resp = self.http.get(self.url(id, "/admin/v1/cluster")).bearer_auth(&self.platform).timeout(Duration::from_secs(1)).send().await.ok()?;
+        let resp = self
+            .http
+            .get(self.url(id, "/admin/v1/cluster"))
+            .bearer_auth(&self.platform)
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .ok()?;
         resp.json().await.ok()
     }
 
@@ -198,18 +245,25 @@ impl Cluster {
 
     /// Some running node other than `id`.
     pub fn other_than(&self, ids: &[u64]) -> u64 {
-        self.ids().into_iter().find(|i| !ids.contains(i) && self.is_running(*i)).expect("another running node")
+        self.ids()
+            .into_iter()
+            .find(|i| !ids.contains(i) && self.is_running(*i))
+            .expect("another running node")
     }
 
     /// Creates a project and a key of `kind`; returns the key secret.
     pub async fn project_key(&self, project: &str, kind: &str, scopes: &[&str]) -> Result<String> {
         let node = self.ids()[0];
-        let r = self.admin_post(node, "/admin/v1/projects", json!({ "name": project })).await?;
+        let r = self
+            .admin_post(node, "/admin/v1/projects", json!({ "name": project }))
+            .await?;
         if !(r.status().is_success() || r.status().as_u16() == 409) {
             bail!("create project: {}", r.status());
         }
         let path = format!("/admin/v1/projects/{project}/keys");
-        let r = self.admin_post(node, &path, json!({ "kind": kind, "scopes": scopes })).await?;
+        let r = self
+            .admin_post(node, &path, json!({ "kind": kind, "scopes": scopes }))
+            .await?;
         if r.status().as_u16() != 201 {
             bail!("create key: {} {}", r.status(), r.text().await?);
         }
@@ -217,8 +271,19 @@ impl Cluster {
         Ok(body["secret"].as_str().context("secret")?.to_string())
     }
 
-    pub async fn admin_post(&self, node: u64, path: &str, body: Value) -> Result<reqwest::Response> {
-        Ok(self.http.post(self.url(node, path)).bearer_auth(&self.platform).json(&body).send().await?)
+    pub async fn admin_post(
+        &self,
+        node: u64,
+        path: &str,
+        body: Value,
+    ) -> Result<reqwest::Response> {
+        Ok(self
+            .http
+            .post(self.url(node, path))
+            .bearer_auth(&self.platform)
+            .json(&body)
+            .send()
+            .await?)
     }
 }
 
@@ -243,8 +308,16 @@ impl Answer {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let text = resp.text().await?;
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Ok(Answer { status, body, headers })
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Ok(Answer {
+            status,
+            body,
+            headers,
+        })
     }
 
     pub fn code(&self) -> &str {
@@ -258,42 +331,75 @@ impl Answer {
 
 impl Locks {
     pub fn new(cluster: &Cluster, node: u64, key: &str) -> Locks {
-        Locks { http: cluster.http.clone(), base: format!("http://{}", cluster.addr(node)), key: key.to_string() }
+        Locks {
+            http: cluster.http.clone(),
+            base: format!("http://{}", cluster.addr(node)),
+            key: key.to_string(),
+        }
     }
 
     pub fn on(&self, cluster: &Cluster, node: u64) -> Locks {
-        Locks { base: format!("http://{}", cluster.addr(node)), ..self.clone() }
+        Locks {
+            base: format!("http://{}", cluster.addr(node)),
+            ..self.clone()
+        }
     }
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key)
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
     }
 
     pub async fn acquire(&self, name: &str, token: &str, ttl: u64) -> Result<Answer> {
-        let r = self.req(reqwest::Method::POST, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token).json(&json!({ "ttl_seconds": ttl }));
+        let r = self
+            .req(reqwest::Method::POST, &format!("/locks/{name}/lease"))
+            .header("X-Volcano-Lock-Token", token)
+            .json(&json!({ "ttl_seconds": ttl }));
         Answer::from(r.send().await?).await
     }
 
     pub async fn renew(&self, name: &str, token: &str, ttl: u64) -> Result<Answer> {
-        let r = self.req(reqwest::Method::PATCH, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token).json(&json!({ "ttl_seconds": ttl }));
+        let r = self
+            .req(reqwest::Method::PATCH, &format!("/locks/{name}/lease"))
+            .header("X-Volcano-Lock-Token", token)
+            .json(&json!({ "ttl_seconds": ttl }));
         Answer::from(r.send().await?).await
     }
 
     pub async fn release(&self, name: &str, token: &str) -> Result<Answer> {
-        let r = self.req(reqwest::Method::DELETE, &format!("/locks/{name}/lease")).header("X-Volcano-Lock-Token", token);
+        let r = self
+            .req(reqwest::Method::DELETE, &format!("/locks/{name}/lease"))
+            .header("X-Volcano-Lock-Token", token);
         Answer::from(r.send().await?).await
     }
 
     pub async fn read(&self, name: &str) -> Result<Answer> {
-        Answer::from(self.req(reqwest::Method::GET, &format!("/locks/{name}")).send().await?).await
+        Answer::from(
+            self.req(reqwest::Method::GET, &format!("/locks/{name}"))
+                .send()
+                .await?,
+        )
+        .await
     }
 
     pub async fn force_release(&self, name: &str) -> Result<Answer> {
-        Answer::from(self.req(reqwest::Method::DELETE, &format!("/locks/{name}")).send().await?).await
+        Answer::from(
+            self.req(reqwest::Method::DELETE, &format!("/locks/{name}"))
+                .send()
+                .await?,
+        )
+        .await
     }
 
     /// A raw request for validation tests.
-    pub async fn raw(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Result<Answer> {
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer> {
         let mut r = self.req(method, path);
         for (k, v) in headers {
             r = r.header(*k, *v);
@@ -306,7 +412,9 @@ impl Locks {
 
     /// A §5 RPC.
     pub async fn rpc(&self, method: &str, body: Value) -> Result<Answer> {
-        let r = self.req(reqwest::Method::POST, &format!("/v1beta/{method}")).json(&body);
+        let r = self
+            .req(reqwest::Method::POST, &format!("/v1beta/{method}"))
+            .json(&body);
         Answer::from(r.send().await?).await
     }
 }

@@ -78,7 +78,10 @@ impl LogStore {
         Ok(())
     }
 
-    async fn flush(&self, err: fn(&dyn std::error::Error) -> StorageIOError<u64>) -> Result<(), StorageError> {
+    async fn flush(
+        &self,
+        err: fn(&dyn std::error::Error) -> StorageIOError<u64>,
+    ) -> Result<(), StorageError> {
         self.db.flush_async().await.map_err(|e| err(&e))?;
         Ok(())
     }
@@ -128,7 +131,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED, read_logs)?;
         // With every entry purged the last log id is the last purged one.
-        let last_log_id = self.last_log_id()?.or_else(|| last_purged_log_id.clone());
+        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -161,7 +164,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,

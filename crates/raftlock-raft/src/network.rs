@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::typ::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, Node, NodeId, Raft,
-    RaftError, TypeConfig, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    Node, NodeId, Raft, RaftError, TypeConfig, VoteRequest, VoteResponse,
 };
 
 /// Header carrying the shared cluster secret on every peer RPC.
@@ -111,7 +111,12 @@ enum CallError<E> {
 struct TransportError(String);
 
 impl NetworkConnection {
-    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, timeout: Duration) -> Result<Resp, CallError<E>>
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, CallError<E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -141,11 +146,16 @@ impl NetworkConnection {
         answer.map_err(CallError::Remote)
     }
 
-    fn rpc_error<E: Error>(&self, e: CallError<E>) -> openraft::error::RPCError<NodeId, Node, RaftError<E>> {
+    fn rpc_error<E: Error>(
+        &self,
+        e: CallError<E>,
+    ) -> openraft::error::RPCError<NodeId, Node, RaftError<E>> {
         match e {
             CallError::Unreachable(u) => u.into(),
             CallError::Network(n) => n.into(),
-            CallError::Remote(r) => RemoteError::new_with_node(self.target, self.node.clone(), r).into(),
+            CallError::Remote(r) => {
+                RemoteError::new_with_node(self.target, self.node.clone(), r).into()
+            }
         }
     }
 }
@@ -179,7 +189,11 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
             .map_err(|e| self.rpc_error(e))
     }
 
-    async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, crate::typ::RPCError> {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, crate::typ::RPCError> {
         self.call(VOTE_PATH, &rpc, option.hard_ttl())
             .await
             .map_err(|e| self.rpc_error(e))
@@ -225,7 +239,12 @@ fn authorized(state: &Internal, headers: &HeaderMap) -> bool {
 }
 
 /// Runs one RPC handler: authenticate, decode, call, encode.
-async fn handle<Req, Resp, E, F, Fut>(state: &Internal, headers: &HeaderMap, body: &[u8], call: F) -> Response
+async fn handle<Req, Resp, E, F, Fut>(
+    state: &Internal,
+    headers: &HeaderMap,
+    body: &[u8],
+    call: F,
+) -> Response
 where
     Req: DeserializeOwned,
     Resp: Serialize,
@@ -238,36 +257,55 @@ where
     }
     let req: Req = match codec::decode(body) {
         Ok(req) => req,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("undecodable raft rpc: {e}")).into_response(),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("undecodable raft rpc: {e}"),
+            )
+                .into_response()
+        }
     };
     let answer = call(state.raft.clone(), req).await;
     match codec::encode(&answer) {
         Ok(bytes) => ([(header::CONTENT_TYPE, OCTET_STREAM)], bytes).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "encoding raft rpc answer");
-            (StatusCode::INTERNAL_SERVER_ERROR, "encoding raft rpc answer").into_response()
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding raft rpc answer",
+            )
+                .into_response()
         }
     }
 }
 
 async fn append(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&state, &headers, &body, |raft, req: AppendEntriesRequest| async move {
-        raft.append_entries(req).await
-    })
+    handle(
+        &state,
+        &headers,
+        &body,
+        |raft, req: AppendEntriesRequest| async move { raft.append_entries(req).await },
+    )
     .await
 }
 
 async fn vote(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&state, &headers, &body, |raft, req: VoteRequest| async move {
-        raft.vote(req).await
-    })
+    handle(
+        &state,
+        &headers,
+        &body,
+        |raft, req: VoteRequest| async move { raft.vote(req).await },
+    )
     .await
 }
 
 async fn snapshot(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&state, &headers, &body, |raft, req: InstallSnapshotRequest| async move {
-        raft.install_snapshot(req).await
-    })
+    handle(
+        &state,
+        &headers,
+        &body,
+        |raft, req: InstallSnapshotRequest| async move { raft.install_snapshot(req).await },
+    )
     .await
 }
 

@@ -16,7 +16,9 @@ use raftlock_core::{codec, Limits, Outcome, StateMachine};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::typ::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::typ::{
+    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 
 const SNAPSHOT_TREE: &str = "snapshot";
 const KEY_CURRENT: &[u8] = b"current";
@@ -155,7 +157,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 None => format!("none-{nanos}"),
             };
             let meta = SnapshotMeta {
-                last_log_id: state.last_applied.clone(),
+                last_log_id: state.last_applied,
                 last_membership: state.last_membership.clone(),
                 snapshot_id,
             };
@@ -175,7 +177,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let state = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
-        Ok((state.last_applied.clone(), state.last_membership.clone()))
+        Ok((state.last_applied, state.last_membership.clone()))
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Outcome>>, StorageError>
@@ -191,14 +193,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Normal(cmd) => state.machine.apply(cmd),
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Membership(m) => {
-                        state.last_membership = StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                        state.last_membership =
+                            StoredMembership::new(Some(entry.log_id), m.clone());
                         Vec::new()
                     }
                 };
                 state.last_applied = Some(entry.log_id);
                 replies.push(reply);
             }
-            (replies, state.last_applied.clone())
+            (replies, state.last_applied)
         };
         self.shared.publish_applied(last_applied.as_ref());
         Ok(replies)
@@ -214,11 +217,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
         let mut data: SmData = codec::decode(&bytes).map_err(|e| snap_read(&e))?;
         // The metadata is authoritative for where the snapshot puts this node.
-        data.last_applied = meta.last_log_id.clone();
+        data.last_applied = meta.last_log_id;
         data.last_membership = meta.last_membership.clone();
         // Persist before replacing the state, so the log openraft purges next is covered.
         let stored = StoredSnapshot {
@@ -226,7 +233,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: bytes,
         };
         self.shared.persist_snapshot(&stored).await?;
-        let last_applied = data.last_applied.clone();
+        let last_applied = data.last_applied;
         *self.shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.shared.publish_applied(last_applied.as_ref());
         Ok(())

@@ -22,7 +22,10 @@ pub fn open(dir: &Path) -> anyhow::Result<(LogStore, StateMachineStore)> {
 
 /// Like [`open`], with the limits of a state machine that starts empty. Once a snapshot
 /// exists the limits come from it, since they are part of the replicated state.
-pub fn open_with_limits(dir: &Path, limits: Limits) -> anyhow::Result<(LogStore, StateMachineStore)> {
+pub fn open_with_limits(
+    dir: &Path,
+    limits: Limits,
+) -> anyhow::Result<(LogStore, StateMachineStore)> {
     // No periodic flush: durability comes from the explicit flush after every append, vote
     // and snapshot, which is also when the callers are told the data is safe.
     let db = sled::Config::new()

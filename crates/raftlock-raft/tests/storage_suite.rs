@@ -17,6 +17,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
 }
 
 #[test]
-fn openraft_storage_suite() -> Result<(), StorageError> {
-    Suite::test_all(SledBuilder)
+fn openraft_storage_suite() {
+    if let Err(e) = Suite::test_all(SledBuilder) {
+        panic!("storage suite failed: {e}");
+    }
 }

@@ -56,8 +56,18 @@ pub struct ServeArgs {
     /// tracing filter, e.g. `info` or `raftlock=debug,openraft=warn`.
     #[arg(long, env = "RAFTLOCK_LOG")]
     pub log: Option<String>,
+    /// Start as a node that joins an existing cluster through the admin API: never
+    /// initialize a cluster, even when this node has the lowest id in --peers.
+    #[arg(long, env = "RAFTLOCK_JOIN")]
+    #[serde(default)]
+    pub join: bool,
     /// Test-only: offset this node's wall clock by this many milliseconds (chaos tests).
-    #[arg(long, env = "RAFTLOCK_CLOCK_OFFSET_MS", allow_hyphen_values = true, hide = true)]
+    #[arg(
+        long,
+        env = "RAFTLOCK_CLOCK_OFFSET_MS",
+        allow_hyphen_values = true,
+        hide = true
+    )]
     pub clock_offset_ms: Option<i64>,
 }
 
@@ -79,14 +89,21 @@ pub struct Config {
     pub log_format: String,
     pub log: String,
     pub clock_offset_ms: i64,
+    /// Never initialize; wait to be added as a learner.
+    pub join: bool,
 }
 
 /// Parses `1=host:port,2=host:port`.
 pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     let mut peers = BTreeMap::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part.split_once('=').with_context(|| format!("peer {part:?}: want id=host:port"))?;
-        let id: u64 = id.trim().parse().with_context(|| format!("peer {part:?}: bad id"))?;
+        let (id, addr) = part
+            .split_once('=')
+            .with_context(|| format!("peer {part:?}: want id=host:port"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .with_context(|| format!("peer {part:?}: bad id"))?;
         if peers.insert(id, addr.trim().to_string()).is_some() {
             bail!("peer id {id} listed twice");
         }
@@ -113,6 +130,7 @@ impl ServeArgs {
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
             clock_offset_ms: self.clock_offset_ms.or(other.clock_offset_ms),
+            join: self.join || other.join,
         }
     }
 
@@ -120,7 +138,8 @@ impl ServeArgs {
     pub fn resolve(self) -> anyhow::Result<Config> {
         let file = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
                 toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
             }
             None => ServeArgs::default(),
@@ -135,15 +154,21 @@ impl ServeArgs {
         if !peers.contains_key(&node_id) {
             bail!("--peers must list this node's id {node_id}");
         }
-        let cluster_secret = a.cluster_secret.context("--cluster-secret (or RAFTLOCK_CLUSTER_SECRET) is required")?;
-        let platform_token = a.platform_token.context("--platform-token (or RAFTLOCK_PLATFORM_TOKEN) is required")?;
+        let cluster_secret = a
+            .cluster_secret
+            .context("--cluster-secret (or RAFTLOCK_CLUSTER_SECRET) is required")?;
+        let platform_token = a
+            .platform_token
+            .context("--platform-token (or RAFTLOCK_PLATFORM_TOKEN) is required")?;
         if cluster_secret.is_empty() || platform_token.is_empty() {
             bail!("the cluster secret and platform token must not be empty");
         }
         Ok(Config {
             node_id,
             listen,
-            data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from(format!("./data/{node_id}"))),
+            data_dir: a
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(format!("./data/{node_id}"))),
             peers,
             cluster_secret,
             platform_token,
@@ -153,8 +178,11 @@ impl ServeArgs {
             election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(400)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
-            log: a.log.unwrap_or_else(|| "info,openraft=warn,sled=warn".to_string()),
+            log: a
+                .log
+                .unwrap_or_else(|| "info,openraft=warn,sled=warn".to_string()),
             clock_offset_ms: a.clock_offset_ms.unwrap_or(0),
+            join: a.join,
         })
     }
 }
@@ -177,15 +205,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "node_id = 2\nlisten = \"127.0.0.1:9002\"\npeers = \"2=127.0.0.1:9002\"\ncluster_secret = \"s\"\nplatform_token = \"file\"\n").unwrap();
-        let args = ServeArgs { config: Some(path), platform_token: Some("flag".into()), ..Default::default() };
+        let args = ServeArgs {
+            config: Some(path),
+            platform_token: Some("flag".into()),
+            ..Default::default()
+        };
         let c = args.resolve().unwrap();
-        assert_eq!((c.node_id, c.listen.as_str(), c.platform_token.as_str()), (2, "127.0.0.1:9002", "flag"));
+        assert_eq!(
+            (c.node_id, c.listen.as_str(), c.platform_token.as_str()),
+            (2, "127.0.0.1:9002", "flag")
+        );
         assert_eq!(c.commit_timeout, Duration::from_secs(2));
     }
 
     #[test]
     fn missing_secret_and_foreign_peers_are_refused() {
-        let args = ServeArgs { platform_token: Some("t".into()), ..Default::default() };
+        let args = ServeArgs {
+            platform_token: Some("t".into()),
+            ..Default::default()
+        };
         assert!(args.resolve().is_err());
         let args = ServeArgs {
             node_id: Some(4),

@@ -33,16 +33,34 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         bail!("--nodes must be between 1 and 7");
     }
     let secret = Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
-    let platform = args.platform_token.clone().unwrap_or_else(|| Alphanumeric.sample_string(&mut rand::thread_rng(), 32));
-    let addrs: Vec<String> = (0..args.nodes).map(|i| format!("127.0.0.1:{}", args.base_port + i as u16)).collect();
-    let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
+    let platform = args
+        .platform_token
+        .clone()
+        .unwrap_or_else(|| Alphanumeric.sample_string(&mut rand::thread_rng(), 32));
+    let addrs: Vec<String> = (0..args.nodes)
+        .map(|i| format!("127.0.0.1:{}", args.base_port + i as u16))
+        .collect();
+    let peers = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
     let exe = std::env::current_exe().context("locating the raftlock binary")?;
     let mut children: Vec<Child> = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         let id = i + 1;
         let dir = args.data_dir.join(id.to_string());
         let child = Command::new(&exe)
-            .args(["serve", "--node-id", &id.to_string(), "--listen", addr, "--peers", &peers])
+            .args([
+                "serve",
+                "--node-id",
+                &id.to_string(),
+                "--listen",
+                addr,
+                "--peers",
+                &peers,
+            ])
             .arg("--data-dir")
             .arg(&dir)
             .args(["--cluster-secret", &secret, "--platform-token", &platform])
@@ -75,7 +93,11 @@ async fn setup(addrs: &[String], platform: &str) -> anyhow::Result<String> {
     let base = format!("http://{}", addrs[0]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let ready = client.get(format!("{base}/readyz")).send().await.map(|r| r.status().is_success());
+        let ready = client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().is_success());
         if matches!(ready, Ok(true)) {
             break;
         }
@@ -91,7 +113,11 @@ async fn setup(addrs: &[String], platform: &str) -> anyhow::Result<String> {
         .send()
         .await?;
     if !(created.status().is_success() || created.status().as_u16() == 409) {
-        bail!("creating project: {} {}", created.status(), created.text().await.unwrap_or_default());
+        bail!(
+            "creating project: {} {}",
+            created.status(),
+            created.text().await.unwrap_or_default()
+        );
     }
     let key: Value = client
         .post(format!("{base}/admin/v1/projects/default/keys"))
@@ -102,7 +128,10 @@ async fn setup(addrs: &[String], platform: &str) -> anyhow::Result<String> {
         .error_for_status()?
         .json()
         .await?;
-    key["secret"].as_str().map(str::to_string).context("no secret in key answer")
+    key["secret"]
+        .as_str()
+        .map(str::to_string)
+        .context("no secret in key answer")
 }
 
 fn print_banner(addrs: &[String], platform: &str, key: &str) {
@@ -118,7 +147,10 @@ fn print_banner(addrs: &[String], platform: &str, key: &str) {
         "  curl -s -X POST http://{}/locks/my-job/lease -H 'Authorization: Bearer {key}' \\\n    -H \"X-Volcano-Lock-Token: $(cat /proc/sys/kernel/random/uuid)\" -H 'Content-Type: application/json' -d '{{\"ttl_seconds\":30}}'",
         addrs[0]
     );
-    println!("  curl -s http://{}/locks/my-job -H 'Authorization: Bearer {key}'", addrs[addrs.len() - 1]);
+    println!(
+        "  curl -s http://{}/locks/my-job -H 'Authorization: Bearer {key}'",
+        addrs[addrs.len() - 1]
+    );
     println!();
     println!("Ctrl-C stops the cluster (data stays in the data directory).");
 }

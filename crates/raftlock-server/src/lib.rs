@@ -29,7 +29,11 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     tracing::info!(node_id = config.node_id, listen = %config.listen, data_dir = %config.data_dir.display(), "starting raftlock node");
     let node = node::Node::start(config).await?;
     let app = http::router(node.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+    });
     node.bootstrap().await?;
     node.spawn_ticker();
     server.await??;
@@ -41,7 +45,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
         tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
     }
     #[cfg(not(unix))]

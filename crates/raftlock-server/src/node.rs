@@ -57,9 +57,15 @@ impl Node {
         }
         .validate()?;
         let network = raftlock_raft::Network::new(config.cluster_secret.clone());
-        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm_store)
-            .await
-            .context("starting raft")?;
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            network,
+            log_store,
+            sm_store,
+        )
+        .await
+        .context("starting raft")?;
         let proposer = Proposer::start(raft.clone(), config.commit_timeout, config.clock_offset_ms);
         let forward_client = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(30))
@@ -78,12 +84,21 @@ impl Node {
     /// Initializes the cluster from `--peers` when this node has the lowest id and the
     /// cluster has never been initialized; everyone else waits to be contacted.
     pub async fn bootstrap(&self) -> anyhow::Result<()> {
-        let lowest = *self.config.peers.keys().next().expect("peers include this node");
-        if lowest != self.config.node_id || self.raft.is_initialized().await? {
+        let lowest = *self
+            .config
+            .peers
+            .keys()
+            .next()
+            .expect("peers include this node");
+        if self.config.join || lowest != self.config.node_id || self.raft.is_initialized().await? {
             return Ok(());
         }
-        let members: BTreeMap<u64, BasicNode> =
-            self.config.peers.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+        let members: BTreeMap<u64, BasicNode> = self
+            .config
+            .peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect();
         match self.raft.initialize(members).await {
             Ok(()) => tracing::info!("initialized cluster from --peers"),
             Err(e) => tracing::info!(error = %e, "cluster already initialized"),
@@ -106,7 +121,8 @@ impl Node {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.leader().is_some_and(|(id, _)| id == self.config.node_id)
+        self.leader()
+            .is_some_and(|(id, _)| id == self.config.node_id)
     }
 
     /// Waits up to the commit timeout for some leader to be known.
@@ -117,7 +133,10 @@ impl Node {
             if let Some(l) = self.leader() {
                 return Some(l);
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return None;
             }
         }
@@ -130,8 +149,12 @@ impl Node {
 
     /// Runs `read` against the state after confirming leadership with a quorum, so the
     /// answer is linearizable. Bounded by the commit timeout.
-    pub async fn linearizable<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> Result<T, Unavailable> {
-        let check = tokio::time::timeout(self.config.commit_timeout, self.raft.ensure_linearizable()).await;
+    pub async fn linearizable<T>(
+        &self,
+        read: impl FnOnce(&StateMachine, Nanos) -> T,
+    ) -> Result<T, Unavailable> {
+        let check =
+            tokio::time::timeout(self.config.commit_timeout, self.raft.ensure_linearizable()).await;
         match check {
             Ok(Ok(_)) => Ok(self.read_local(read)),
             Ok(Err(e)) => Err(Unavailable(format!("cannot confirm leadership: {e}"))),
@@ -150,7 +173,10 @@ impl Node {
     /// Counts one request of `bucket` against `limit` per minute (0 = unlimited).
     pub fn admit(&self, bucket: &str, limit: u32) -> Result<(), u64> {
         let now = self.now();
-        self.limiter.lock().expect("limiter poisoned").admit(bucket, limit, now)
+        self.limiter
+            .lock()
+            .expect("limiter poisoned")
+            .admit(bucket, limit, now)
     }
 
     /// Proposes a tick every `tick` while leader, so leases expire without client traffic.
@@ -173,6 +199,8 @@ impl Node {
 
 /// Wall-clock nanoseconds since the epoch, shifted by `offset_ms`.
 pub fn wall_clock(offset_ms: i64) -> Nanos {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     since.as_nanos() as Nanos + offset_ms * 1_000_000
 }

@@ -38,7 +38,10 @@ impl Proposer {
     /// Proposes `op` and waits (bounded) for its outcome.
     pub async fn propose(&self, op: Op) -> Result<Outcome, Unavailable> {
         let (tx, rx) = oneshot::channel();
-        self.queue.send((op, tx)).await.map_err(|_| Unavailable("node is shutting down".into()))?;
+        self.queue
+            .send((op, tx))
+            .await
+            .map_err(|_| Unavailable("node is shutting down".into()))?;
         match tokio::time::timeout(self.timeout + Duration::from_millis(100), rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Unavailable("proposal dropped".into())),
@@ -47,10 +50,18 @@ impl Proposer {
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration, clock_offset_ms: i64) {
+async fn run(
+    raft: Raft,
+    mut rx: mpsc::Receiver<(Op, Reply)>,
+    timeout: Duration,
+    clock_offset_ms: i64,
+) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
-        let permit = Arc::clone(&slots).acquire_owned().await.expect("semaphore never closed");
+        let permit = Arc::clone(&slots)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -61,7 +72,10 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration,
         let raft = raft.clone();
         tokio::spawn(async move {
             let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
-            let cmd = Command { stamp: wall_clock(clock_offset_ms), ops };
+            let cmd = Command {
+                stamp: wall_clock(clock_offset_ms),
+                ops,
+            };
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
                 Ok(Ok(resp)) => Ok(resp.data),
                 Ok(Err(e)) => Err(Unavailable(format!("write not accepted: {e}"))),

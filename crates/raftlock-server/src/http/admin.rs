@@ -24,13 +24,25 @@ use crate::node::{Node, SharedNode};
 
 const D: Dialect = Dialect::Locks;
 
+/// How long adding a learner waits for it to catch up before answering 202.
+const LEARNER_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Routes that must be decided by the leader (forwarded by followers).
 pub fn leader_routes() -> Router<SharedNode> {
     Router::new()
-        .route("/admin/v1/projects", post(create_project).get(list_projects))
-        .route("/admin/v1/projects/{name}", patch(update_project).get(get_project))
+        .route(
+            "/admin/v1/projects",
+            post(create_project).get(list_projects),
+        )
+        .route(
+            "/admin/v1/projects/{name}",
+            patch(update_project).get(get_project),
+        )
         .route("/admin/v1/projects/{name}/keys", post(create_key))
-        .route("/admin/v1/projects/{name}/keys/{key_id}", delete(revoke_key))
+        .route(
+            "/admin/v1/projects/{name}/keys/{key_id}",
+            delete(revoke_key),
+        )
         .route("/admin/v1/cluster/learners", post(add_learner))
         .route("/admin/v1/cluster/voters", put(change_voters))
         .route("/admin/v1/cluster/nodes/{id}", delete(remove_node))
@@ -42,7 +54,10 @@ pub fn local_routes() -> Router<SharedNode> {
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
-    let outcome = node.propose(op).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    let outcome = node
+        .propose(op)
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
     outcome.map_err(|e| ApiError::from_core(D, e))
 }
 
@@ -51,7 +66,11 @@ struct NewProject {
     name: String,
 }
 
-async fn create_project(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+async fn create_project(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let NewProject { name } = body::json(&body::read(b, D).await?, D)?;
     match decide(&node, Op::CreateProject { name }).await? {
@@ -60,9 +79,15 @@ async fn create_project(State(node): State<SharedNode>, headers: HeaderMap, b: B
     }
 }
 
-async fn list_projects(State(node): State<SharedNode>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn list_projects(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let projects = node.linearizable(|sm, _| sm.projects()).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    let projects = node
+        .linearizable(|sm, _| sm.projects())
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
     Ok(Json(json!({ "projects": projects })).into_response())
 }
 
@@ -72,8 +97,10 @@ async fn get_project(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let project =
-        node.linearizable(|sm, _| sm.project(&name)).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    let project = node
+        .linearizable(|sm, _| sm.project(&name))
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
     project
         .map(|p| Json(p).into_response())
         .ok_or_else(|| ApiError::new(D, StatusCode::NOT_FOUND, "project not found"))
@@ -115,7 +142,11 @@ struct NewKey {
 fn generate_key() -> (String, String) {
     let mut rng = rand::thread_rng();
     let key_id = format!("{:016x}", rng.gen::<u64>());
-    let secret = format!("{}{key_id}_{}", auth::KEY_PREFIX, Alphanumeric.sample_string(&mut rng, 40));
+    let secret = format!(
+        "{}{key_id}_{}",
+        auth::KEY_PREFIX,
+        Alphanumeric.sample_string(&mut rng, 40)
+    );
     (key_id, secret)
 }
 
@@ -128,14 +159,25 @@ async fn create_key(
     auth::platform(&node, &headers)?;
     let NewKey { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
     if scopes.len() > 32 || scopes.iter().any(|s| s.is_empty() || s.len() > 64) {
-        return Err(ApiError::bad_request(D, "scopes: at most 32 entries of 1-64 characters"));
+        return Err(ApiError::bad_request(
+            D,
+            "scopes: at most 32 entries of 1-64 characters",
+        ));
     }
     let (key_id, secret) = generate_key();
-    let op = Op::CreateKey { project, key_id, kind, scopes, secret_hash: auth::hash_secret(&secret) };
+    let op = Op::CreateKey {
+        project,
+        key_id,
+        kind,
+        scopes,
+        secret_hash: auth::hash_secret(&secret),
+    };
     match decide(&node, op).await? {
         Reply::Key(k) => Ok((
             StatusCode::CREATED,
-            Json(json!({ "key_id": k.key_id, "secret": secret, "kind": k.kind, "scopes": k.scopes })),
+            Json(
+                json!({ "key_id": k.key_id, "secret": secret, "kind": k.kind, "scopes": k.scopes }),
+            ),
         )
             .into_response()),
         other => Err(unexpected(other)),
@@ -153,11 +195,20 @@ async fn revoke_key(
 }
 
 fn unexpected(reply: Reply) -> ApiError {
-    ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply {reply:?}"))
+    ApiError::new(
+        D,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("unexpected reply {reply:?}"),
+    )
 }
 
 fn membership_error(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(D, StatusCode::CONFLICT, format!("membership change refused: {e}")).with_code("membership_change_failed")
+    ApiError::new(
+        D,
+        StatusCode::CONFLICT,
+        format!("membership change refused: {e}"),
+    )
+    .with_code("membership_change_failed")
 }
 
 #[derive(Deserialize)]
@@ -167,11 +218,44 @@ struct NewLearner {
 }
 
 /// Adds a learner and waits until it has caught up with the log.
-async fn add_learner(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+async fn add_learner(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let NewLearner { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
-    node.raft.add_learner(node_id, BasicNode { addr }, true).await.map_err(membership_error)?;
-    Ok(Json(cluster_view(&node)).into_response())
+    let added = node
+        .raft
+        .add_learner(node_id, BasicNode { addr }, false)
+        .await
+        .map_err(membership_error)?;
+    let target = added.log_id.index;
+    // Wait (bounded) until the learner holds the log up to its own membership entry, so a
+    // voter change right after this call does not count an empty node.
+    let caught_up = node
+        .raft
+        .wait(Some(LEARNER_CATCH_UP))
+        .metrics(
+            |m| {
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&node_id).copied().flatten());
+                matched.is_some_and(|l| l.index >= target)
+            },
+            "learner caught up",
+        )
+        .await
+        .is_ok();
+    let mut view = cluster_view(&node);
+    view["learner_caught_up"] = json!(caught_up);
+    let status = if caught_up {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(view)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -180,13 +264,20 @@ struct Voters {
 }
 
 /// Replaces the voter set (joint consensus); nodes must already be members (learners).
-async fn change_voters(State(node): State<SharedNode>, headers: HeaderMap, b: Body) -> Result<Response, ApiError> {
+async fn change_voters(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let Voters { voters } = body::json(&body::read(b, D).await?, D)?;
     if voters.is_empty() {
         return Err(ApiError::bad_request(D, "voters must not be empty"));
     }
-    node.raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), true).await.map_err(membership_error)?;
+    node.raft
+        .change_membership(ChangeMembers::ReplaceAllVoters(voters), true)
+        .await
+        .map_err(membership_error)?;
     Ok(Json(cluster_view(&node)).into_response())
 }
 
@@ -197,13 +288,26 @@ async fn remove_node(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let is_voter = node.raft.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id);
+    let is_voter = node
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|v| v == id);
     if is_voter {
         let remove = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
-        node.raft.change_membership(remove, true).await.map_err(membership_error)?;
+        node.raft
+            .change_membership(remove, true)
+            .await
+            .map_err(membership_error)?;
     }
     let drop = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-    node.raft.change_membership(drop, false).await.map_err(membership_error)?;
+    node.raft
+        .change_membership(drop, false)
+        .await
+        .map_err(membership_error)?;
     Ok(Json(cluster_view(&node)).into_response())
 }
 
@@ -245,11 +349,19 @@ fn node_commit_index(node: &Node) -> Option<u64> {
                 .voter_ids()
                 .map(|id| match id == node.config.node_id {
                     true => m.last_log_index.unwrap_or(0),
-                    false => repl.get(&id).copied().flatten().map(|l| l.index).unwrap_or(0),
+                    false => repl
+                        .get(&id)
+                        .copied()
+                        .flatten()
+                        .map(|l| l.index)
+                        .unwrap_or(0),
                 })
                 .collect();
             matched.sort_unstable_by(|a, b| b.cmp(a));
-            matched.get(matched.len() / 2).copied().or(m.last_applied.map(|l| l.index))
+            matched
+                .get(matched.len() / 2)
+                .copied()
+                .or(m.last_applied.map(|l| l.index))
         }
         None => m.last_applied.map(|l| l.index),
     }

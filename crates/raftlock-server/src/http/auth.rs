@@ -22,20 +22,30 @@ enum Credential {
     Platform,
     /// A three-segment JWT-shaped token (auth-user access token); never valid for locks.
     UserJwt,
-    Key { key_id: String, hash: [u8; 32] },
+    Key {
+        key_id: String,
+        hash: [u8; 32],
+    },
     Garbage,
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 fn looks_like_jwt(token: &str) -> bool {
     let parts: Vec<&str> = token.split('.').collect();
     parts.len() == 3
-        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        })
 }
 
 /// SHA-256 of a presented secret.
@@ -44,13 +54,22 @@ pub fn hash_secret(secret: &str) -> [u8; 32] {
 }
 
 fn classify(node: &Node, headers: &HeaderMap) -> Credential {
-    let Some(token) = bearer(headers) else { return Credential::Missing };
-    if bool::from(token.as_bytes().ct_eq(node.config.platform_token.as_bytes())) {
+    let Some(token) = bearer(headers) else {
+        return Credential::Missing;
+    };
+    if bool::from(
+        token
+            .as_bytes()
+            .ct_eq(node.config.platform_token.as_bytes()),
+    ) {
         return Credential::Platform;
     }
     if let Some(rest) = token.strip_prefix(KEY_PREFIX) {
         if let Some((key_id, _)) = rest.split_once('_') {
-            return Credential::Key { key_id: key_id.to_string(), hash: hash_secret(token) };
+            return Credential::Key {
+                key_id: key_id.to_string(),
+                hash: hash_secret(token),
+            };
         }
     }
     if looks_like_jwt(token) {
@@ -60,7 +79,11 @@ fn classify(node: &Node, headers: &HeaderMap) -> Credential {
 }
 
 fn unauthorized(d: Dialect) -> ApiError {
-    ApiError::new(d, StatusCode::UNAUTHORIZED, "missing or invalid credentials")
+    ApiError::new(
+        d,
+        StatusCode::UNAUTHORIZED,
+        "missing or invalid credentials",
+    )
 }
 
 fn forbidden(d: Dialect, why: &str) -> ApiError {
@@ -72,14 +95,20 @@ pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<Strin
     match classify(node, headers) {
         Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
         Credential::Platform => Err(forbidden(d, "platform tokens may not call lock endpoints")),
-        Credential::UserJwt => Err(forbidden(d, "auth-user access tokens may not call lock endpoints")),
-        Credential::Key { key_id, hash } => node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
-            KeyCheck::Unknown => Err(unauthorized(d)),
-            KeyCheck::Known { key, .. } if !key.may_manage_locks() => {
-                Err(forbidden(d, "this key may not manage locks (needs service_role or scope locks.manage)"))
-            }
-            KeyCheck::Known { project, .. } => Ok(project.to_string()),
-        }),
+        Credential::UserJwt => Err(forbidden(
+            d,
+            "auth-user access tokens may not call lock endpoints",
+        )),
+        Credential::Key { key_id, hash } => {
+            node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+                KeyCheck::Unknown => Err(unauthorized(d)),
+                KeyCheck::Known { key, .. } if !key.may_manage_locks() => Err(forbidden(
+                    d,
+                    "this key may not manage locks (needs service_role or scope locks.manage)",
+                )),
+                KeyCheck::Known { project, .. } => Ok(project.to_string()),
+            })
+        }
     }
 }
 
@@ -89,11 +118,19 @@ pub fn platform(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
     match classify(node, headers) {
         Credential::Platform => Ok(()),
         Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
-        Credential::UserJwt => Err(forbidden(d, "only the platform token may call the admin API")),
-        Credential::Key { key_id, hash } => node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
-            KeyCheck::Unknown => Err(unauthorized(d)),
-            KeyCheck::Known { .. } => Err(forbidden(d, "only the platform token may call the admin API")),
-        }),
+        Credential::UserJwt => Err(forbidden(
+            d,
+            "only the platform token may call the admin API",
+        )),
+        Credential::Key { key_id, hash } => {
+            node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+                KeyCheck::Unknown => Err(unauthorized(d)),
+                KeyCheck::Known { .. } => Err(forbidden(
+                    d,
+                    "only the platform token may call the admin API",
+                )),
+            })
+        }
     }
 }
 

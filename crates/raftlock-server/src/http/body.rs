@@ -13,14 +13,23 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// Reads the whole body, refusing more than [`MAX_BODY`] bytes with 413.
 pub async fn read(body: Body, d: Dialect) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::new(d, StatusCode::PAYLOAD_TOO_LARGE, format!("request body exceeds {MAX_BODY} bytes"))
+        ApiError::new(
+            d,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds {MAX_BODY} bytes"),
+        )
     })
 }
 
 /// Decodes a JSON body; an empty body is decoded as `{}`.
 pub fn json<T: DeserializeOwned>(bytes: &[u8], d: Dialect) -> Result<T, ApiError> {
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { bytes };
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))
 }
 
 #[cfg(test)]
@@ -34,17 +43,39 @@ mod tests {
 
     #[test]
     fn decoding() {
-        assert_eq!(json::<Ttl>(br#"{"ttl_seconds":10,"extra":1}"#, Dialect::Locks).unwrap().ttl_seconds, 10);
-        for bad in [&br#"{"ttl_seconds":"10"}"#[..], br#"{"ttl_seconds":-1}"#, b"{", b"", br#"{"ttl_seconds":1.5}"#] {
+        assert_eq!(
+            json::<Ttl>(br#"{"ttl_seconds":10,"extra":1}"#, Dialect::Locks)
+                .unwrap()
+                .ttl_seconds,
+            10
+        );
+        for bad in [
+            &br#"{"ttl_seconds":"10"}"#[..],
+            br#"{"ttl_seconds":-1}"#,
+            b"{",
+            b"",
+            br#"{"ttl_seconds":1.5}"#,
+        ] {
             let e = json::<Ttl>(bad, Dialect::Locks).unwrap_err();
-            assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "invalid_request"));
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::BAD_REQUEST, "invalid_request")
+            );
         }
     }
 
     #[tokio::test]
     async fn oversized_bodies_are_413() {
-        let e = read(Body::from(vec![b' '; MAX_BODY + 1]), Dialect::Rpc).await.unwrap_err();
+        let e = read(Body::from(vec![b' '; MAX_BODY + 1]), Dialect::Rpc)
+            .await
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(read(Body::from(vec![b' '; MAX_BODY]), Dialect::Rpc).await.unwrap().len(), MAX_BODY);
+        assert_eq!(
+            read(Body::from(vec![b' '; MAX_BODY]), Dialect::Rpc)
+                .await
+                .unwrap()
+                .len(),
+            MAX_BODY
+        );
     }
 }

@@ -62,7 +62,13 @@ impl ApiError {
             (Dialect::Rpc, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
             (Dialect::Rpc, _) => "invalid_argument",
         };
-        ApiError { dialect, status, code, message: message.into(), retry_after: None }
+        ApiError {
+            dialect,
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
     }
 
     pub fn with_code(mut self, code: &'static str) -> Self {
@@ -75,11 +81,19 @@ impl ApiError {
     }
 
     pub fn unavailable(dialect: Dialect, why: impl std::fmt::Display) -> Self {
-        ApiError::new(dialect, StatusCode::SERVICE_UNAVAILABLE, format!("lock service unavailable: {why}"))
+        ApiError::new(
+            dialect,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("lock service unavailable: {why}"),
+        )
     }
 
     pub fn rate_limited(dialect: Dialect, retry_after: u64) -> Self {
-        let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded for this project");
+        let mut e = ApiError::new(
+            dialect,
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate limit exceeded for this project",
+        );
         e.retry_after = Some(retry_after);
         e
     }
@@ -89,25 +103,26 @@ impl ApiError {
         let message = err.to_string();
         match (&err, dialect) {
             (CoreError::Invalid { .. }, _) => ApiError::bad_request(dialect, message),
-            (CoreError::LockHeld, _) => {
-                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code(match dialect {
+            (CoreError::LockHeld, _) => ApiError::new(dialect, StatusCode::CONFLICT, message)
+                .with_code(match dialect {
                     Dialect::Locks => "lock_held",
                     Dialect::Rpc => "failed_precondition",
-                })
-            }
-            (CoreError::OwnershipLost, _) => {
-                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code(match dialect {
+                }),
+            (CoreError::OwnershipLost, _) => ApiError::new(dialect, StatusCode::CONFLICT, message)
+                .with_code(match dialect {
                     Dialect::Locks => "lock_ownership_lost",
                     Dialect::Rpc => "failed_precondition",
-                })
-            }
+                }),
             (CoreError::NotFound(_), _) => ApiError::new(dialect, StatusCode::NOT_FOUND, message),
             (CoreError::AlreadyExists(_), Dialect::Locks) => {
                 ApiError::new(dialect, StatusCode::CONFLICT, message).with_code("already_exists")
             }
-            (CoreError::AlreadyExists(_), Dialect::Rpc) => ApiError::new(dialect, StatusCode::CONFLICT, message),
+            (CoreError::AlreadyExists(_), Dialect::Rpc) => {
+                ApiError::new(dialect, StatusCode::CONFLICT, message)
+            }
             (CoreError::ResourceExhausted(_), Dialect::Locks) => {
-                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message).with_code("resource_exhausted")
+                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
+                    .with_code("resource_exhausted")
             }
             (CoreError::ResourceExhausted(_), Dialect::Rpc) => {
                 ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
@@ -128,7 +143,8 @@ impl IntoResponse for ApiError {
         };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
     }

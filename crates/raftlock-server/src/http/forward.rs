@@ -26,7 +26,14 @@ const LONG_CALL: Duration = Duration::from_secs(300 + 5);
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
-        "host" | "connection" | "content-length" | "transfer-encoding" | "keep-alive" | "upgrade" | "te" | "trailer"
+        "host"
+            | "connection"
+            | "content-length"
+            | "transfer-encoding"
+            | "keep-alive"
+            | "upgrade"
+            | "te"
+            | "trailer"
     )
 }
 
@@ -37,10 +44,17 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         None => 0,
         Some(v) => {
             if !auth::cluster_secret_ok(&node, req.headers()) {
-                return ApiError::new(dialect, StatusCode::UNAUTHORIZED, "forwarded request without cluster secret")
-                    .into_response();
+                return ApiError::new(
+                    dialect,
+                    StatusCode::UNAUTHORIZED,
+                    "forwarded request without cluster secret",
+                )
+                .into_response();
             }
-            v.to_str().ok().and_then(|s| s.parse().ok()).unwrap_or(MAX_HOPS)
+            v.to_str()
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(MAX_HOPS)
         }
     };
     let Some((leader_id, addr)) = node.wait_for_leader().await else {
@@ -58,29 +72,50 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
     }
 }
 
-async fn forward(node: &SharedNode, req: Request, addr: &str, hops: u32, d: Dialect) -> Result<Response, ApiError> {
+async fn forward(
+    node: &SharedNode,
+    req: Request,
+    addr: &str,
+    hops: u32,
+    d: Dialect,
+) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let bytes = body::read(body, d).await?;
-    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
     let url = format!("http://{addr}{path}");
     let timeout = if parts.uri.path().ends_with("/AcquireLock") {
         LONG_CALL + node.config.commit_timeout
     } else {
         2 * node.config.commit_timeout + Duration::from_millis(500)
     };
-    let mut out = node.forward_client.request(parts.method.clone(), &url).timeout(timeout).body(bytes);
+    let mut out = node
+        .forward_client
+        .request(parts.method.clone(), &url)
+        .timeout(timeout)
+        .body(bytes);
     for (name, value) in parts.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
         if name.as_str() != HOPS_HEADER && name.as_str() != raftlock_raft::CLUSTER_SECRET_HEADER {
             out = out.header(name, value);
         }
     }
-    out = out
-        .header(HOPS_HEADER, hops.to_string())
-        .header(raftlock_raft::CLUSTER_SECRET_HEADER, node.config.cluster_secret.as_str());
-    let resp = out.send().await.map_err(|e| ApiError::unavailable(d, format!("leader unreachable: {e}")))?;
+    out = out.header(HOPS_HEADER, hops.to_string()).header(
+        raftlock_raft::CLUSTER_SECRET_HEADER,
+        node.config.cluster_secret.as_str(),
+    );
+    let resp = out
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(d, format!("leader unreachable: {e}")))?;
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = resp.bytes().await.map_err(|e| ApiError::unavailable(d, format!("leader reply lost: {e}")))?;
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| ApiError::unavailable(d, format!("leader reply lost: {e}")))?;
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
     for (name, value) in headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {

@@ -26,7 +26,10 @@ pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
 
 pub fn routes() -> Router<SharedNode> {
     Router::new()
-        .route("/locks/{key}/lease", post(acquire).patch(renew).delete(release))
+        .route(
+            "/locks/{key}/lease",
+            post(acquire).patch(renew).delete(release),
+        )
         .route("/locks/{key}", get(read).delete(force_release))
 }
 
@@ -48,7 +51,9 @@ fn lock_token(headers: &HeaderMap) -> Result<u128, ApiError> {
     let raw = headers
         .get(LOCK_TOKEN_HEADER)
         .ok_or_else(|| ApiError::bad_request(D, "missing X-Volcano-Lock-Token header"))?;
-    let text = raw.to_str().map_err(|_| ApiError::bad_request(D, "X-Volcano-Lock-Token must be a UUID"))?;
+    let text = raw
+        .to_str()
+        .map_err(|_| ApiError::bad_request(D, "X-Volcano-Lock-Token must be a UUID"))?;
     uuid::Uuid::parse_str(text.trim())
         .map(|u| u.as_u128())
         .map_err(|_| ApiError::bad_request(D, "X-Volcano-Lock-Token must be a UUID"))
@@ -70,18 +75,28 @@ fn check_key(key: &str) -> Result<(), ApiError> {
 }
 
 async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
-    let outcome = node.propose(op).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+    let outcome = node
+        .propose(op)
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
     outcome.map_err(|e| ApiError::from_core(D, e))
 }
 
 fn lease_body(reply: Reply) -> Result<Response, ApiError> {
     match reply {
-        Reply::Lease { expires_at, fencing_token } => Ok(Json(json!({
+        Reply::Lease {
+            expires_at,
+            fencing_token,
+        } => Ok(Json(json!({
             "expires_at": rfc3339_floor(expires_at),
             "fencing_token": fencing_token,
         }))
         .into_response()),
-        other => Err(ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply {other:?}"))),
+        other => Err(ApiError::new(
+            D,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unexpected reply {other:?}"),
+        )),
     }
 }
 
@@ -97,7 +112,15 @@ async fn lease_call(
     let token = lock_token(&headers)?;
     let TtlBody { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
-    let reply = decide(&node, Op::ProjectLock { project, key, action: make(token, ttl_seconds) }).await?;
+    let reply = decide(
+        &node,
+        Op::ProjectLock {
+            project,
+            key,
+            action: make(token, ttl_seconds),
+        },
+    )
+    .await?;
     lease_body(reply)
 }
 
@@ -107,7 +130,10 @@ async fn acquire(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    lease_call(node, key, headers, body, |token, ttl_seconds| LockAction::Acquire { token, ttl_seconds }).await
+    lease_call(node, key, headers, body, |token, ttl_seconds| {
+        LockAction::Acquire { token, ttl_seconds }
+    })
+    .await
 }
 
 async fn renew(
@@ -116,7 +142,10 @@ async fn renew(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    lease_call(node, key, headers, body, |token, ttl_seconds| LockAction::Renew { token, ttl_seconds }).await
+    lease_call(node, key, headers, body, |token, ttl_seconds| {
+        LockAction::Renew { token, ttl_seconds }
+    })
+    .await
 }
 
 async fn release(
@@ -127,7 +156,15 @@ async fn release(
     let project = admit(&node, &headers)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
-    decide(&node, Op::ProjectLock { project, key, action: LockAction::Release { token } }).await?;
+    decide(
+        &node,
+        Op::ProjectLock {
+            project,
+            key,
+            action: LockAction::Release { token },
+        },
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -138,7 +175,15 @@ async fn force_release(
 ) -> Result<StatusCode, ApiError> {
     let project = admit(&node, &headers)?;
     check_key(&key)?;
-    decide(&node, Op::ProjectLock { project, key, action: LockAction::ForceRelease }).await?;
+    decide(
+        &node,
+        Op::ProjectLock {
+            project,
+            key,
+            action: LockAction::ForceRelease,
+        },
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -156,7 +201,10 @@ async fn read(
         .map_err(|e| ApiError::from_core(D, e))?;
     Ok(match read {
         LockRead::Free => Json(json!({ "held": false })).into_response(),
-        LockRead::Held { expires_at, fencing_token } => Json(json!({
+        LockRead::Held {
+            expires_at,
+            fencing_token,
+        } => Json(json!({
             "held": true,
             "expires_at": rfc3339_floor(expires_at),
             "fencing_token": fencing_token,
@@ -181,7 +229,13 @@ mod tests {
         assert!(lock_token(&h).is_err());
         h.insert(LOCK_TOKEN_HEADER, "not-a-uuid".parse().unwrap());
         assert!(lock_token(&h).is_err());
-        h.insert(LOCK_TOKEN_HEADER, "4f83efc2-8fe7-42e8-8347-43493dc5bd8f".parse().unwrap());
-        assert_eq!(lock_token(&h).unwrap(), 0x4f83efc2_8fe7_42e8_8347_43493dc5bd8f);
+        h.insert(
+            LOCK_TOKEN_HEADER,
+            "4f83efc2-8fe7-42e8-8347-43493dc5bd8f".parse().unwrap(),
+        );
+        assert_eq!(
+            lock_token(&h).unwrap(),
+            0x4f83efc2_8fe7_42e8_8347_43493dc5bd8f
+        );
     }
 }

@@ -36,13 +36,17 @@ pub fn router(node: SharedNode) -> Router {
         .merge(locks::routes())
         .merge(rpc::routes())
         .merge(admin::leader_routes())
-        .route_layer(middleware::from_fn_with_state(node.clone(), forward::to_leader));
+        .route_layer(middleware::from_fn_with_state(
+            node.clone(),
+            forward::to_leader,
+        ));
     let local_routes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .merge(admin::local_routes());
-    let internal = raftlock_raft::internal_router(node.raft.clone(), node.config.cluster_secret.clone());
+    let internal =
+        raftlock_raft::internal_router(node.raft.clone(), node.config.cluster_secret.clone());
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     Router::new()
         .merge(leader_routes)
@@ -61,13 +65,21 @@ pub fn router(node: SharedNode) -> Router {
 
 async fn not_found(req: Request) -> ApiError {
     let d = Dialect::of_path(req.uri().path());
-    ApiError::new(d, StatusCode::NOT_FOUND, format!("no route for {} {}", req.method(), req.uri().path()))
+    ApiError::new(
+        d,
+        StatusCode::NOT_FOUND,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    )
 }
 
 /// 200 while this node is a member of a cluster that has a leader.
 async fn readyz(State(node): State<SharedNode>) -> Response {
     let m = node.raft.metrics().borrow().clone();
-    let member = m.membership_config.membership().get_node(&node.config.node_id).is_some();
+    let member = m
+        .membership_config
+        .membership()
+        .get_node(&node.config.node_id)
+        .is_some();
     match (member, m.current_leader) {
         (true, Some(leader)) => (StatusCode::OK, format!("ready, leader {leader}")).into_response(),
         _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader").into_response(),
@@ -81,7 +93,11 @@ async fn metrics_text(State(node): State<SharedNode>) -> Response {
 
 /// Counts requests by route and status and records their latency.
 async fn record_metrics(req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
     let method = req.method().to_string();
     let start = Instant::now();
     let resp = next.run(req).await;

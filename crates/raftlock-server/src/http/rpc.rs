@@ -93,7 +93,10 @@ fn core(e: CoreError) -> ApiError {
 
 /// A new lease id: `ls_` + 28 random base62 characters.
 fn new_lease_id() -> String {
-    format!("ls_{}", Alphanumeric.sample_string(&mut rand::thread_rng(), 28))
+    format!(
+        "ls_{}",
+        Alphanumeric.sample_string(&mut rand::thread_rng(), 28)
+    )
 }
 
 async fn dispatch(
@@ -126,7 +129,13 @@ async fn dispatch(
         "GetLock" => call.get_lock(parse(&bytes)?).await?,
         "DeleteLock" => call.delete_lock(parse(&bytes)?).await?,
         "ListLocks" => call.list_locks(parse(&bytes)?).await?,
-        other => return Err(ApiError::new(D, StatusCode::NOT_FOUND, format!("unknown method {other:?}"))),
+        other => {
+            return Err(ApiError::new(
+                D,
+                StatusCode::NOT_FOUND,
+                format!("unknown method {other:?}"),
+            ))
+        }
     };
     Ok(Json(answer).into_response())
 }
@@ -139,8 +148,15 @@ struct Call {
 
 impl Call {
     async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
-        let op = Op::Hier { project: self.project.clone(), op };
-        let outcome = self.node.propose(op).await.map_err(|e| ApiError::from_unavailable(D, e))?;
+        let op = Op::Hier {
+            project: self.project.clone(),
+            op,
+        };
+        let outcome = self
+            .node
+            .propose(op)
+            .await
+            .map_err(|e| ApiError::from_unavailable(D, e))?;
         outcome.map_err(core)
     }
 
@@ -158,7 +174,11 @@ impl Call {
     }
 
     async fn create_namespace(&self, r: NamespaceReq) -> Result<Value, ApiError> {
-        let op = HierOp::CreateNamespace { name: r.name, description: r.description, metadata: r.metadata };
+        let op = HierOp::CreateNamespace {
+            name: r.name,
+            description: r.description,
+            metadata: r.metadata,
+        };
         namespace_answer(self.write(op).await?)
     }
 
@@ -183,8 +203,12 @@ impl Call {
     }
 
     async fn list_namespaces(&self, r: ListReq) -> Result<Value, ApiError> {
-        let (items, next, prev) = self.read(|h, p, _| h.list_namespaces(p, &r.pagination_token, r.limit)).await?;
-        Ok(json!({ "namespaces": items, "next_pagination_token": next, "previous_pagination_token": prev }))
+        let (items, next, prev) = self
+            .read(|h, p, _| h.list_namespaces(p, &r.pagination_token, r.limit))
+            .await?;
+        Ok(
+            json!({ "namespaces": items, "next_pagination_token": next, "previous_pagination_token": prev }),
+        )
     }
 
     async fn create_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
@@ -198,29 +222,54 @@ impl Call {
     }
 
     async fn refresh_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
-        let op = HierOp::RefreshLease { namespace: r.namespace_name, lease_id: r.lease_id, ttl_seconds: r.ttl_seconds };
+        let op = HierOp::RefreshLease {
+            namespace: r.namespace_name,
+            lease_id: r.lease_id,
+            ttl_seconds: r.ttl_seconds,
+        };
         lease_answer(self.write(op).await?)
     }
 
     async fn revoke_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
-        self.write(HierOp::RevokeLease { namespace: r.namespace_name, lease_id: r.lease_id }).await?;
+        self.write(HierOp::RevokeLease {
+            namespace: r.namespace_name,
+            lease_id: r.lease_id,
+        })
+        .await?;
         Ok(json!({}))
     }
 
     async fn get_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
-        let lease = self.read(|h, p, now| h.get_lease(p, &r.namespace_name, &r.lease_id, now)).await?;
+        let lease = self
+            .read(|h, p, now| h.get_lease(p, &r.namespace_name, &r.lease_id, now))
+            .await?;
         Ok(json!({ "lease": lease }))
     }
 
     async fn list_leases(&self, r: ListReq) -> Result<Value, ApiError> {
         let (items, next, prev) = self
-            .read(|h, p, now| h.list_leases(p, &r.namespace_name, &r.process_id, &r.pagination_token, r.limit, now))
+            .read(|h, p, now| {
+                h.list_leases(
+                    p,
+                    &r.namespace_name,
+                    &r.process_id,
+                    &r.pagination_token,
+                    r.limit,
+                    now,
+                )
+            })
             .await?;
-        Ok(json!({ "leases": items, "next_pagination_token": next, "previous_pagination_token": prev }))
+        Ok(
+            json!({ "leases": items, "next_pagination_token": next, "previous_pagination_token": prev }),
+        )
     }
 
     async fn release(&self, r: LockReq) -> Result<Value, ApiError> {
-        let op = HierOp::ReleaseLock { namespace: r.namespace_name, lock_name: r.lock_name, lease_id: r.lease_id };
+        let op = HierOp::ReleaseLock {
+            namespace: r.namespace_name,
+            lock_name: r.lock_name,
+            lease_id: r.lease_id,
+        };
         match self.write(op).await? {
             Reply::Lock(lock) => Ok(json!({ "lock": lock })),
             other => Err(unexpected(other)),
@@ -228,12 +277,18 @@ impl Call {
     }
 
     async fn delete_lock(&self, r: LockReq) -> Result<Value, ApiError> {
-        self.write(HierOp::DeleteLock { namespace: r.namespace_name, lock_name: r.lock_name }).await?;
+        self.write(HierOp::DeleteLock {
+            namespace: r.namespace_name,
+            lock_name: r.lock_name,
+        })
+        .await?;
         Ok(json!({}))
     }
 
     async fn get_lock(&self, r: LockReq) -> Result<Value, ApiError> {
-        let lock = self.read(|h, p, now| h.get_lock(p, &r.namespace_name, &r.lock_name, now)).await?;
+        let lock = self
+            .read(|h, p, now| h.get_lock(p, &r.namespace_name, &r.lock_name, now))
+            .await?;
         Ok(json!({ "lock": lock }))
     }
 
@@ -241,7 +296,9 @@ impl Call {
         let (items, next, prev) = self
             .read(|h, p, now| h.list_locks(p, &r.namespace_name, &r.pagination_token, r.limit, now))
             .await?;
-        Ok(json!({ "locks": items, "next_pagination_token": next, "previous_pagination_token": prev }))
+        Ok(
+            json!({ "locks": items, "next_pagination_token": next, "previous_pagination_token": prev }),
+        )
     }
 
     async fn try_acquire(&self, r: &LockReq) -> Result<AcquireReply, ApiError> {
@@ -267,12 +324,22 @@ impl Call {
         while reply.outcome != AcquireOutcome::Acquired && r.timeout_seconds > 0 {
             // Sleep until the applied state says the acquire would succeed, or the deadline.
             let free = loop {
-                if tokio::time::timeout_at(deadline, applied.changed()).await.is_err() {
+                if tokio::time::timeout_at(deadline, applied.changed())
+                    .await
+                    .is_err()
+                {
                     break false;
                 }
                 let project = self.project.as_str();
                 let probe = self.node.read_local(|sm, now| {
-                    sm.hierarchy().probe(project, &r.namespace_name, &r.lock_name, r.exclusive, &r.lease_id, now)
+                    sm.hierarchy().probe(
+                        project,
+                        &r.namespace_name,
+                        &r.lock_name,
+                        r.exclusive,
+                        &r.lease_id,
+                        now,
+                    )
                 });
                 match probe {
                     Ok(None) => break true,
@@ -291,7 +358,11 @@ impl Call {
 }
 
 fn unexpected(reply: Reply) -> ApiError {
-    ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply {reply:?}"))
+    ApiError::new(
+        D,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("unexpected reply {reply:?}"),
+    )
 }
 
 fn namespace_answer(reply: Reply) -> Result<Value, ApiError> {

@@ -1,0 +1,248 @@
+//! §5 end to end on a 3-node cluster: namespaces, leases, path locks, blocking acquire.
+
+use std::time::{Duration, Instant};
+
+use raftlock_tests::{Cluster, Locks};
+use serde_json::{json, Value};
+
+async fn setup() -> anyhow::Result<(Cluster, Locks)> {
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let api = Locks::new(&cluster, follower, &key);
+    let ns = api
+        .rpc(
+            "CreateNamespace",
+            json!({ "name": "UserObjects", "description": "d" }),
+        )
+        .await?;
+    assert_eq!(ns.status, 200, "{ns:?}");
+    Ok((cluster, api))
+}
+
+async fn lease(api: &Locks, process: &str, ttl: u64) -> anyhow::Result<String> {
+    let r = api
+        .rpc(
+            "CreateLockLease",
+            json!({ "namespace_name": "UserObjects", "process_id": process, "ttl_seconds": ttl }),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{r:?}");
+    Ok(r.body["lease"]["lease_id"].as_str().unwrap().to_string())
+}
+
+async fn acquire(
+    api: &Locks,
+    lease: &str,
+    name: &str,
+    exclusive: bool,
+    timeout: u64,
+) -> anyhow::Result<Value> {
+    let r = api
+        .rpc(
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": name, "exclusive": exclusive, "lease_id": lease, "timeout_seconds": timeout, "metadata": { "host": "n1" } }),
+        )
+        .await?;
+    assert_eq!(r.status, 200, "{r:?}");
+    Ok(r.body)
+}
+
+#[tokio::test]
+async fn path_rules_and_diagnostics() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let a = lease(&api, "worker-a", 60).await?;
+    let b = lease(&api, "worker-b", 60).await?;
+    assert!(a.starts_with("ls_") && a.len() == 31);
+
+    let got = acquire(&api, &a, "users/123", true, 0).await?;
+    assert_eq!(got["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+    assert_eq!(got["lock"]["state"], "LOCK_STATE_EXCLUSIVE_LOCKED");
+    assert_eq!(got["lock"]["lock_holders"][0]["metadata"]["host"], "n1");
+
+    for (name, exclusive, reason) in [
+        ("users/123", false, "CONTENTION_REASON_PEER"),
+        ("users/123/profile", false, "CONTENTION_REASON_ANCESTOR"),
+        ("users", true, "CONTENTION_REASON_DESCENDANT"),
+    ] {
+        let r = acquire(&api, &b, name, exclusive, 0).await?;
+        assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_UNAVAILABLE", "{name}");
+        assert_eq!(r["reason"], reason, "{name}");
+        let blocking = r["blocking_locks"].as_array().unwrap();
+        if reason == "CONTENTION_REASON_PEER" {
+            assert!(blocking.is_empty());
+        } else {
+            assert_eq!(blocking[0]["name"], "users/123", "{name}");
+        }
+    }
+    assert_eq!(
+        acquire(&api, &b, "users/456", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED",
+        "sibling"
+    );
+    assert_eq!(
+        acquire(&api, &a, "users/123/profile", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED",
+        "own descendant"
+    );
+
+    let list = api
+        .rpc("ListLocks", json!({ "namespace_name": "UserObjects" }))
+        .await?;
+    assert_eq!(list.body["locks"].as_array().unwrap().len(), 3);
+    let never = api
+        .rpc(
+            "GetLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "never/used" }),
+        )
+        .await?;
+    assert_eq!(never.body["lock"]["state"], "LOCK_STATE_UNLOCKED");
+    assert_eq!(never.body["lock"]["locked_at"], 0);
+
+    let revoke = api
+        .rpc(
+            "RevokeLockLease",
+            json!({ "namespace_name": "UserObjects", "lease_id": a }),
+        )
+        .await?;
+    assert_eq!(revoke.status, 200);
+    let list = api
+        .rpc("ListLocks", json!({ "namespace_name": "UserObjects" }))
+        .await?;
+    assert_eq!(
+        list.body["locks"].as_array().unwrap().len(),
+        1,
+        "revoke released everything"
+    );
+    let gone = api
+        .rpc(
+            "GetLockLease",
+            json!({ "namespace_name": "UserObjects", "lease_id": a }),
+        )
+        .await?;
+    assert_eq!((gone.status, gone.code()), (404, "not_found"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_acquire_through_a_follower_wakes_on_release() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let holder = lease(&api, "holder", 60).await?;
+    let waiter = lease(&api, "waiter", 60).await?;
+    assert_eq!(
+        acquire(&api, &holder, "jobs/x", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED"
+    );
+
+    let api2 = api.clone();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let r = acquire(&api2, &w, "jobs/x", true, 30).await;
+        (r, Instant::now())
+    });
+    // Make sure the waiter is really blocked before releasing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter must block while the lock is held"
+    );
+    let released_at = Instant::now();
+    let rel = api
+        .rpc(
+            "ReleaseLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "jobs/x", "lease_id": holder }),
+        )
+        .await?;
+    assert_eq!(rel.status, 200);
+    let (r, granted_at) = waiting.await?;
+    let r = r?;
+    assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+    assert_eq!(r["lock"]["lock_holders"][0]["lease_id"], waiter.as_str());
+    let latency = granted_at.duration_since(released_at);
+    println!("blocked acquire granted {latency:?} after the release");
+    assert!(
+        latency < Duration::from_secs(1),
+        "woken by the release, not a poll: {latency:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_timed_out_waiter_is_told_so_and_never_granted_later() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let holder = lease(&api, "holder", 60).await?;
+    let waiter = lease(&api, "waiter", 60).await?;
+    acquire(&api, &holder, "a", false, 0).await?;
+    let started = Instant::now();
+    let r = acquire(&api, &waiter, "a/b", true, 1).await?;
+    assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_TIMED_OUT");
+    assert_eq!(r["reason"], "CONTENTION_REASON_ANCESTOR");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    api.rpc(
+        "ReleaseLock",
+        json!({ "namespace_name": "UserObjects", "lock_name": "a", "lease_id": holder }),
+    )
+    .await?;
+    let get = api
+        .rpc(
+            "GetLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "a/b" }),
+        )
+        .await?;
+    assert_eq!(
+        get.body["lock"]["state"], "LOCK_STATE_UNLOCKED",
+        "never granted after TIMED_OUT"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_use_grpc_codes() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let dup = api
+        .rpc("CreateNamespace", json!({ "name": "UserObjects" }))
+        .await?;
+    assert_eq!((dup.status, dup.code()), (409, "already_exists"));
+    let missing = api
+        .rpc(
+            "CreateLockLease",
+            json!({ "namespace_name": "Nope", "process_id": "p", "ttl_seconds": 10 }),
+        )
+        .await?;
+    assert_eq!((missing.status, missing.code()), (404, "not_found"));
+    let bad = api
+        .rpc(
+            "CreateLockLease",
+            json!({ "namespace_name": "UserObjects", "process_id": "p", "ttl_seconds": 301 }),
+        )
+        .await?;
+    assert_eq!((bad.status, bad.code()), (400, "invalid_argument"));
+    assert!(
+        bad.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("ttl_seconds"),
+        "names the field"
+    );
+    let bad_name = api
+        .rpc(
+            "GetLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "a//b" }),
+        )
+        .await?;
+    assert_eq!(
+        (bad_name.status, bad_name.code()),
+        (400, "invalid_argument")
+    );
+    let unknown = api.rpc("Frobnicate", json!({})).await?;
+    assert_eq!(unknown.status, 404);
+    let ver = api
+        .rpc(
+            "UpdateNamespace",
+            json!({ "namespace_name": "UserObjects", "description": "x", "expected_version": 7 }),
+        )
+        .await?;
+    assert_eq!((ver.status, ver.code()), (400, "invalid_argument"));
+    Ok(())
+}
