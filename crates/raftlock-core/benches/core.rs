@@ -1,1 +1,305 @@
-fn main() {}
+//! Cost of the hot paths of the state machine as the state grows.
+//!
+//! * `hier_acquire_release/{10,1000000}`: one §5 exclusive acquire + release (two applies)
+//!   with 10 or 1,000,000 locks already held in the namespace (1,000 leases × paths
+//!   `d{i%1000}/l{i}`, half shared, half exclusive). The target is ≤ 2× between the two.
+//! * `project_acquire_release/{10,1000000}`: the same for a §4 project lock with 10 or
+//!   1,000,000 held keys in the project.
+//! * `tick_reap_100_of_1m_leases`: one `Tick` that reaps 100 expiring leases (each holding one
+//!   lock) while ~1,000,000 other leases stay live. The state is built once; the 100 expiring
+//!   leases are created untimed before each tick, staggered by 1 ns so each tick reaps
+//!   exactly one batch (see `ReapBench`).
+//!
+//! Everything goes through `StateMachine::apply`, as a replica would.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use raftlock_core::command::{HierOp, LockAction};
+use raftlock_core::hierarchy::{AcquireOutcome, Quotas};
+use raftlock_core::{Command, Limits, Op, Reply, StateMachine, SECOND};
+
+const T0: i64 = 1_700_000_000 * SECOND;
+const P: &str = "p";
+const NS: &str = "ns";
+const CHUNK: usize = 10_000;
+
+fn hier(op: HierOp) -> Op {
+    Op::Hier {
+        project: P.into(),
+        op,
+    }
+}
+
+/// Applies `ops` at `stamp` in log entries of `CHUNK` ops, checking every answer.
+fn apply_all(sm: &mut StateMachine, stamp: i64, ops: impl Iterator<Item = Op>) {
+    let ops: Vec<Op> = ops.collect();
+    for chunk in ops.chunks(CHUNK) {
+        let outs = sm.apply(&Command {
+            stamp,
+            ops: chunk.to_vec(),
+        });
+        for out in outs {
+            match out {
+                Ok(Reply::Acquire(r)) => assert_eq!(r.outcome, AcquireOutcome::Acquired),
+                Ok(_) => {}
+                Err(e) => panic!("setup op refused: {e}"),
+            }
+        }
+    }
+}
+
+fn create_namespace(name: &str) -> Op {
+    hier(HierOp::CreateNamespace {
+        name: name.into(),
+        description: String::new(),
+        metadata: BTreeMap::new(),
+    })
+}
+
+fn create_lease(ns: &str, lease_id: String, ttl_seconds: u64) -> Op {
+    hier(HierOp::CreateLease {
+        namespace: ns.into(),
+        lease_id,
+        process_id: "bench".into(),
+        ttl_seconds,
+    })
+}
+
+fn acquire(ns: &str, lock_name: String, exclusive: bool, lease_id: String) -> Op {
+    hier(HierOp::AcquireLock {
+        namespace: ns.into(),
+        lock_name,
+        exclusive,
+        lease_id,
+        metadata: BTreeMap::new(),
+    })
+}
+
+/// A namespace with `held` locks held by up to 1,000 leases, plus the lease `bench`.
+fn hier_state(held: usize) -> StateMachine {
+    // The default quota is exactly 1,000,000 locks per namespace; raise it so the measured
+    // acquire of one more lock is not refused.
+    let mut sm = StateMachine::new(Limits {
+        quotas: Quotas {
+            locks_per_namespace: 2_000_000,
+            ..Quotas::default()
+        },
+    });
+    let leases = held.div_ceil(1000).max(1);
+    apply_all(
+        &mut sm,
+        T0,
+        std::iter::once(create_namespace(NS))
+            .chain((0..leases).map(|j| create_lease(NS, format!("ls{j}"), 300)))
+            .chain(std::iter::once(create_lease(NS, "bench".into(), 300))),
+    );
+    apply_all(
+        &mut sm,
+        T0,
+        (0..held).map(|i| {
+            acquire(
+                NS,
+                format!("d{}/l{i}", i % 1000),
+                i % 2 == 0,
+                format!("ls{}", i / 1000),
+            )
+        }),
+    );
+    assert_eq!(sm.hierarchy().totals(), (1, leases + 1, held));
+    sm
+}
+
+fn bench_hier_acquire_release(c: &mut Criterion) {
+    let mut group = c.benchmark_group("hier_acquire_release");
+    group.sample_size(50);
+    for held in [10usize, 1_000_000] {
+        let mut sm = hier_state(held);
+        let acquire_cmd = Command {
+            stamp: T0,
+            ops: vec![acquire(NS, "d500/bench".into(), true, "bench".into())],
+        };
+        let release_cmd = Command {
+            stamp: T0,
+            ops: vec![hier(HierOp::ReleaseLock {
+                namespace: NS.into(),
+                lock_name: "d500/bench".into(),
+                lease_id: "bench".into(),
+            })],
+        };
+        match &sm.apply(&acquire_cmd)[0] {
+            Ok(Reply::Acquire(r)) => assert_eq!(r.outcome, AcquireOutcome::Acquired),
+            other => panic!("{other:?}"),
+        }
+        sm.apply(&release_cmd);
+        group.bench_with_input(BenchmarkId::from_parameter(held), &held, |b, _| {
+            b.iter(|| {
+                black_box(sm.apply(black_box(&acquire_cmd)));
+                black_box(sm.apply(black_box(&release_cmd)));
+            })
+        });
+        assert_eq!(sm.hierarchy().totals().2, held);
+    }
+    group.finish();
+}
+
+fn project_lock(key: String, action: LockAction) -> Op {
+    Op::ProjectLock {
+        project: P.into(),
+        key,
+        action,
+    }
+}
+
+fn bench_project_acquire_release(c: &mut Criterion) {
+    let mut group = c.benchmark_group("project_acquire_release");
+    group.sample_size(50);
+    for held in [10usize, 1_000_000] {
+        let mut sm = StateMachine::default();
+        apply_all(
+            &mut sm,
+            T0,
+            (0..held).map(|i| {
+                project_lock(
+                    format!("k{i}"),
+                    LockAction::Acquire {
+                        token: i as u128 + 1,
+                        ttl_seconds: 7_776_000,
+                    },
+                )
+            }),
+        );
+        assert_eq!(sm.project_lock_count(), held);
+        let cmd = |action| Command {
+            stamp: T0,
+            ops: vec![project_lock("bench".into(), action)],
+        };
+        let acquire_cmd = cmd(LockAction::Acquire {
+            token: u128::MAX,
+            ttl_seconds: 60,
+        });
+        let release_cmd = cmd(LockAction::Release { token: u128::MAX });
+        group.bench_with_input(BenchmarkId::from_parameter(held), &held, |b, _| {
+            b.iter(|| {
+                let out = sm.apply(black_box(&acquire_cmd));
+                assert!(out[0].is_ok());
+                black_box(out);
+                black_box(sm.apply(black_box(&release_cmd)));
+            })
+        });
+        assert_eq!(sm.project_lock_count(), held);
+    }
+    group.finish();
+}
+
+/// ~1,000,000 live leases; ticks that each reap exactly 100 leases holding one lock each.
+///
+/// Time only moves forward, and a lease lives at least 1 s, so expiring leases are created
+/// in rounds of `BATCHES` log entries stamped 1 ns apart: entry `j` of a round creates 100
+/// leases (TTL 1 s) that expire at `round + 1 s + j ns`, and the tick of iteration `j` runs
+/// exactly then. A round costs the machine 1 s of its time; the 1,000,000 background leases
+/// (TTL 300 s) outlive ~290 rounds, far more than a run needs. Between 0 and
+/// `BATCHES × 100` expiring leases are live on top of the background ones.
+struct ReapBench {
+    sm: StateMachine,
+    round_start: i64,
+    next: usize,
+    round: usize,
+}
+
+const BATCHES: usize = 500;
+const PER_TICK: usize = 100;
+const BACKGROUND: usize = 1_000_000;
+
+impl ReapBench {
+    fn new() -> Self {
+        let mut sm = StateMachine::default();
+        apply_all(
+            &mut sm,
+            T0,
+            [create_namespace(NS), create_namespace("hot")]
+                .into_iter()
+                .chain((0..BACKGROUND).map(|i| create_lease(NS, format!("ls_{i:028}"), 300))),
+        );
+        ReapBench {
+            sm,
+            round_start: T0,
+            next: BATCHES,
+            round: 0,
+        }
+    }
+
+    /// Untimed: makes sure the next tick has a batch to reap; returns that tick's stamp.
+    fn prepare(&mut self) -> i64 {
+        if self.next == BATCHES {
+            self.round += 1;
+            self.round_start = self.sm.time() + SECOND;
+            for j in 0..BATCHES {
+                let ops = (0..PER_TICK)
+                    .flat_map(|k| {
+                        let id = format!("x{}_{j}_{k}", self.round);
+                        [
+                            create_lease("hot", id.clone(), 1),
+                            acquire("hot", format!("r{}/b{j}/l{k}", self.round), true, id),
+                        ]
+                    })
+                    .collect();
+                let outs = self.sm.apply(&Command {
+                    stamp: self.round_start + j as i64,
+                    ops,
+                });
+                assert!(outs.iter().all(|o| o.is_ok()));
+            }
+            self.next = 0;
+        }
+        let stamp = self.round_start + SECOND + self.next as i64;
+        self.next += 1;
+        stamp
+    }
+}
+
+fn bench_tick_reap(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tick");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let mut st = ReapBench::new();
+    let before = st.sm.hierarchy().totals();
+    group.bench_function("reap_100_of_1m_leases", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let stamp = st.prepare();
+                let tick = Command {
+                    stamp,
+                    ops: vec![Op::Tick],
+                };
+                let (_, leases_before, _) = st.sm.hierarchy().totals();
+                let start = Instant::now();
+                black_box(st.sm.apply(black_box(&tick)));
+                total += start.elapsed();
+                assert_eq!(
+                    st.sm.hierarchy().totals().1,
+                    leases_before - PER_TICK,
+                    "each tick reaps exactly one batch"
+                );
+            }
+            total
+        })
+    });
+    let after = st.sm.hierarchy().totals();
+    assert!(after.1 >= BACKGROUND, "background leases stayed live");
+    assert!(after.1 >= before.1);
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_hier_acquire_release,
+    bench_project_acquire_release,
+    bench_tick_reap
+);
+criterion_main!(benches);

@@ -1804,8 +1804,10 @@ mod tests {
             LockState::SharedLocked
         );
         // The former holders no longer count as holders anywhere.
-        assert!(
-            acquired(&acq(&mut h, "l2", "a", true, s(3))) == false,
+        let r = acq(&mut h, "l2", "a", true, s(3));
+        assert_eq!(
+            r.reason,
+            ContentionReason::Descendant,
             "a/b still shared by l1"
         );
         h.delete_lock(P, NS, "a/b", s(3)).unwrap();

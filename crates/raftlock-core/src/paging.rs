@@ -37,7 +37,7 @@ fn decode(token: &str) -> Result<Cursor, CoreError> {
         return Ok(Cursor::Start);
     }
     let bad = || CoreError::invalid("pagination_token", "is not a token this server issued");
-    if token.len() % 2 != 0 || token.len() > 1024 {
+    if !token.len().is_multiple_of(2) || token.len() > 1024 {
         return Err(bad());
     }
     let bytes: Vec<u8> = (0..token.len())

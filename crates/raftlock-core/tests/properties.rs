@@ -298,7 +298,7 @@ impl LockModel {
             }
             (LockAction::Release { token }, Ok(Reply::Done)) => {
                 prop_assert!(
-                    !cur.is_some_and(|h| h.token != token),
+                    cur.filter(|h| h.token != token).is_none(),
                     "release by a non-owner succeeded"
                 );
                 self.current.remove(&id);
