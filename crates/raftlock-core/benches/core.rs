@@ -75,6 +75,7 @@ fn acquire(ns: &str, lock_name: String, exclusive: bool, lease_id: String) -> Op
         exclusive,
         lease_id,
         metadata: BTreeMap::new(),
+        wait: None,
     })
 }
 

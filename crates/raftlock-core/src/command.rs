@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
-use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView};
+use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView, WaitSpec};
 use crate::tenancy::{KeyKind, KeyView, ProjectView};
 use crate::Nanos;
 
@@ -101,13 +101,25 @@ pub enum HierOp {
         namespace: String,
         lease_id: String,
     },
-    /// Non-blocking acquire; the server implements waiting on top of it.
+    /// Acquire; with `wait`, an incompatible request joins the lock's FIFO queue.
     AcquireLock {
         namespace: String,
         lock_name: String,
         exclusive: bool,
         lease_id: String,
         metadata: BTreeMap<String, String>,
+        /// When set and the lock is incompatible, queue (FIFO) instead of only answering
+        /// UNAVAILABLE; a later release hands the lock over in the same apply.
+        #[serde(default)]
+        wait: Option<WaitSpec>,
+    },
+    /// Ends a queued acquire; answers ACQUIRED if it was granted meanwhile, else TIMED_OUT.
+    CancelWait {
+        namespace: String,
+        lock_name: String,
+        lease_id: String,
+        exclusive: bool,
+        waiter_id: String,
     },
     ReleaseLock {
         namespace: String,

@@ -10,7 +10,7 @@
 //! so during an apply every stored holder belongs to a live lease. Queries take a `now` and
 //! hide holders whose lease expired after the last apply.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -169,7 +169,44 @@ struct Lease {
     /// This lease's own holders below each path, subtracted from the namespace counters so a
     /// lease never blocks itself.
     below: BTreeMap<String, Counts>,
+    /// (lock name, waiter id) of this lease's queued acquires, removed when the lease ends.
+    #[serde(default)]
+    waiting: BTreeSet<(String, String)>,
 }
+
+/// One queued blocking acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Waiter {
+    /// Chosen by the proposer; lets a retried call find its place instead of queueing twice.
+    id: String,
+    lease_id: String,
+    exclusive: bool,
+    metadata: BTreeMap<String, String>,
+    /// After this state-machine time the waiter is dropped (never granted).
+    deadline: Nanos,
+}
+
+/// How a blocking acquire should wait when it cannot be granted at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitSpec {
+    pub waiter_id: String,
+    /// State-machine time after which the waiter leaves the queue ungranted.
+    pub deadline: Nanos,
+}
+
+/// Where a queued acquire stands (see [`Hierarchy::waiter_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitState {
+    /// Still in the queue.
+    Queued,
+    /// Not queued and the lease holds the lock in (at least) the requested mode.
+    Granted,
+    /// Not queued and not granted (cancelled or past its deadline).
+    Dropped,
+}
+
+/// Longest queue on one lock.
+pub const MAX_WAITERS_PER_LOCK: usize = 10_000;
 
 /// One namespace and everything inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +221,10 @@ pub struct Namespace {
     locks: BTreeMap<String, LockRecord>,
     /// All holders strictly below each path (the descendant index).
     below: BTreeMap<String, Counts>,
+    /// lock name → FIFO of blocking acquires waiting for it. Part of the replicated state, so
+    /// the order survives leader changes; never holds an empty queue.
+    #[serde(default)]
+    waiters: BTreeMap<String, VecDeque<Waiter>>,
 }
 
 /// The proper ancestors of a lock path, nearest last: `a/b/c` → `a`, `a/b`.
@@ -356,10 +397,16 @@ impl Namespace {
             self.locks.remove(name);
         }
         self.index_hold(lease_id, name, holder.exclusive, false);
+        self.pump_around(name, t);
     }
 
-    /// Releases every hold of a lease and forgets it.
+    /// Releases every hold of a lease, drops its queued acquires, and forgets it.
     fn end_lease(&mut self, lease_id: &str, t: Nanos) -> Option<Lease> {
+        let waiting = std::mem::take(&mut self.leases.get_mut(lease_id)?.waiting);
+        for (name, waiter_id) in waiting {
+            self.remove_waiter(&name, &waiter_id);
+            self.pump(&name, t);
+        }
         let names: Vec<String> = self.leases.get(lease_id)?.holds.keys().cloned().collect();
         for name in names {
             self.drop_hold(lease_id, &name, t);
@@ -367,6 +414,7 @@ impl Namespace {
         self.leases.remove(lease_id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &mut self,
         lease_id: &str,
@@ -375,18 +423,58 @@ impl Namespace {
         metadata: BTreeMap<String, String>,
         t: Nanos,
         quotas: &Quotas,
+        wait: Option<&WaitSpec>,
     ) -> Result<AcquireReply> {
         if !self.lease_live(lease_id, t) {
             return Err(CoreError::NotFound("lease".into()));
         }
-        if let Some((reason, blocking_locks)) = self.contention(lease_id, name, exclusive, t) {
-            return Ok(AcquireReply {
-                lock: self.lock_view(name, t),
-                outcome: AcquireOutcome::Unavailable,
-                reason,
-                blocking_locks,
-            });
+        if let Some(spec) = wait {
+            if self.is_queued(name, &spec.waiter_id) {
+                // A retry of a call that is already waiting keeps its place.
+                return Ok(self.unavailable(lease_id, name, exclusive, t));
+            }
         }
+        // Holders change mode or refresh without queueing (a downgrade always succeeds); a
+        // newcomer queues behind earlier waiters even when the holders would admit it.
+        let queued_ahead = self.holds(lease_id, name).is_none() && self.waiters.contains_key(name);
+        let contention = self.contention(lease_id, name, exclusive, t);
+        if contention.is_some() || queued_ahead {
+            if let Some(spec) = wait {
+                self.enqueue(lease_id, name, exclusive, metadata, spec)?;
+            }
+            return Ok(self.unavailable(lease_id, name, exclusive, t));
+        }
+        self.grant(lease_id, name, exclusive, metadata, t, quotas)
+    }
+
+    /// Which mode `lease_id` holds `name` in, if any.
+    fn holds(&self, lease_id: &str, name: &str) -> Option<bool> {
+        self.leases.get(lease_id)?.holds.get(name).copied()
+    }
+
+    /// The UNAVAILABLE answer with current diagnostics (PEER when only the queue is ahead).
+    fn unavailable(&self, lease_id: &str, name: &str, exclusive: bool, t: Nanos) -> AcquireReply {
+        let (reason, blocking_locks) = self
+            .contention(lease_id, name, exclusive, t)
+            .unwrap_or((ContentionReason::Peer, vec![]));
+        AcquireReply {
+            lock: self.lock_view(name, t),
+            outcome: AcquireOutcome::Unavailable,
+            reason,
+            blocking_locks,
+        }
+    }
+
+    /// Adds the hold (the caller has checked compatibility).
+    fn grant(
+        &mut self,
+        lease_id: &str,
+        name: &str,
+        exclusive: bool,
+        metadata: BTreeMap<String, String>,
+        t: Nanos,
+        quotas: &Quotas,
+    ) -> Result<AcquireReply> {
         if !self.locks.contains_key(name) && self.locks.len() >= quotas.locks_per_namespace {
             return Err(CoreError::ResourceExhausted(
                 "namespace lock quota reached".into(),
@@ -397,6 +485,7 @@ impl Namespace {
             .get(name)
             .and_then(|r| r.holders.get(lease_id))
             .map(|h| h.exclusive);
+        let downgrade = previous == Some(true) && !exclusive;
         match previous {
             Some(was) if was != exclusive => {
                 self.index_hold(lease_id, name, was, false);
@@ -422,12 +511,154 @@ impl Namespace {
                 metadata,
             },
         );
+        if downgrade {
+            self.pump_around(name, t);
+        }
         Ok(AcquireReply {
             lock: self.lock_view(name, t),
             outcome: AcquireOutcome::Acquired,
             reason: ContentionReason::Unspecified,
             blocking_locks: vec![],
         })
+    }
+
+    // ---- the waiter queue ------------------------------------------------------------------
+
+    fn is_queued(&self, name: &str, waiter_id: &str) -> bool {
+        self.waiters
+            .get(name)
+            .is_some_and(|q| q.iter().any(|w| w.id == waiter_id))
+    }
+
+    fn enqueue(
+        &mut self,
+        lease_id: &str,
+        name: &str,
+        exclusive: bool,
+        metadata: BTreeMap<String, String>,
+        spec: &WaitSpec,
+    ) -> Result<()> {
+        let queue = self.waiters.entry(name.to_string()).or_default();
+        if queue.len() >= MAX_WAITERS_PER_LOCK {
+            if queue.is_empty() {
+                self.waiters.remove(name);
+            }
+            return Err(CoreError::ResourceExhausted(
+                "too many waiters on this lock".into(),
+            ));
+        }
+        queue.push_back(Waiter {
+            id: spec.waiter_id.clone(),
+            lease_id: lease_id.to_string(),
+            exclusive,
+            metadata,
+            deadline: spec.deadline,
+        });
+        let lease = self.leases.get_mut(lease_id).expect("checked live");
+        lease
+            .waiting
+            .insert((name.to_string(), spec.waiter_id.clone()));
+        Ok(())
+    }
+
+    /// Removes a waiter from its queue (and its lease's index); false when absent.
+    fn remove_waiter(&mut self, name: &str, waiter_id: &str) -> bool {
+        let Some(queue) = self.waiters.get_mut(name) else {
+            return false;
+        };
+        let Some(pos) = queue.iter().position(|w| w.id == waiter_id) else {
+            return false;
+        };
+        let waiter = queue.remove(pos).expect("position is valid");
+        if queue.is_empty() {
+            self.waiters.remove(name);
+        }
+        if let Some(lease) = self.leases.get_mut(&waiter.lease_id) {
+            lease
+                .waiting
+                .remove(&(name.to_string(), waiter_id.to_string()));
+        }
+        true
+    }
+
+    /// Grants waiters at the head of `name`'s queue while they are compatible, in arrival
+    /// order; stops at the first that is not, so nobody overtakes it.
+    fn pump(&mut self, name: &str, t: Nanos) {
+        loop {
+            let Some(head) = self.waiters.get(name).and_then(|q| q.front()).cloned() else {
+                return;
+            };
+            let live = self.lease_live(&head.lease_id, t) && t < head.deadline;
+            if live
+                && self
+                    .contention(&head.lease_id, name, head.exclusive, t)
+                    .is_some()
+            {
+                return;
+            }
+            self.remove_waiter(name, &head.id);
+            if live {
+                // Quota refusal leaves the waiter ungranted (its call will see Dropped).
+                let quotas = Quotas {
+                    locks_per_namespace: usize::MAX,
+                    ..Quotas::default()
+                };
+                let _ = self.grant(
+                    &head.lease_id,
+                    name,
+                    head.exclusive,
+                    head.metadata,
+                    t,
+                    &quotas,
+                );
+            }
+        }
+    }
+
+    /// After something was released at `name`: pumps the queues that may have been waiting on
+    /// it — the lock itself, its ancestors and its descendants.
+    fn pump_around(&mut self, name: &str, t: Nanos) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let prefix = format!("{name}/");
+        let mut related: Vec<String> = ancestors(name)
+            .filter(|a| self.waiters.contains_key(*a))
+            .map(str::to_string)
+            .collect();
+        if self.waiters.contains_key(name) {
+            related.push(name.to_string());
+        }
+        related.extend(
+            self.waiters
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, _)| k.clone()),
+        );
+        for lock in related {
+            self.pump(&lock, t);
+        }
+    }
+
+    /// Drops every waiter whose deadline has passed (their calls answer TIMED_OUT).
+    fn drop_expired_waiters(&mut self, name: &str, t: Nanos) {
+        let expired: Vec<String> = self
+            .waiters
+            .get(name)
+            .map(|q| {
+                q.iter()
+                    .filter(|w| t >= w.deadline)
+                    .map(|w| w.id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if expired.is_empty() {
+            return;
+        }
+        for id in expired {
+            self.remove_waiter(name, &id);
+        }
+        self.pump(name, t);
     }
 }
 
@@ -440,6 +671,10 @@ pub struct Hierarchy {
     /// expires, not what exists.
     by_expiry: BTreeSet<(Nanos, String, String, String)>,
     pub quotas: Quotas,
+    /// (deadline, project, namespace, lock, waiter id) of queued acquires. Entries of waiters
+    /// that were granted or cancelled earlier are skipped when their deadline comes.
+    #[serde(default)]
+    waiter_deadlines: BTreeSet<(Nanos, String, String, String, String)>,
 }
 
 fn ns_not_found() -> CoreError {
@@ -472,8 +707,19 @@ impl Hierarchy {
             .ok_or_else(ns_not_found)
     }
 
-    /// Ends every lease that expired at or before `t`, releasing its holds.
+    /// Ends every lease that expired at or before `t` (releasing its holds and queued
+    /// acquires), and drops every queued acquire whose deadline has passed.
     pub fn reap(&mut self, t: Nanos) -> usize {
+        while self
+            .waiter_deadlines
+            .first()
+            .is_some_and(|first| first.0 <= t)
+        {
+            let (_, project, ns, lock, _) = self.waiter_deadlines.pop_first().expect("non-empty");
+            if let Ok(namespace) = self.ns_mut(&project, &ns) {
+                namespace.drop_expired_waiters(&lock, t);
+            }
+        }
         let mut reaped = 0;
         while self.by_expiry.first().is_some_and(|first| first.0 <= t) {
             let (_, project, ns, lease_id) = self.by_expiry.pop_first().expect("non-empty");
@@ -515,6 +761,7 @@ impl Hierarchy {
             leases: BTreeMap::new(),
             locks: BTreeMap::new(),
             below: BTreeMap::new(),
+            waiters: BTreeMap::new(),
         };
         let view = ns.view(name);
         spaces.insert(name.to_string(), ns);
@@ -626,6 +873,7 @@ impl Hierarchy {
             expires_at,
             holds: BTreeMap::new(),
             below: BTreeMap::new(),
+            waiting: BTreeSet::new(),
         };
         ns.leases.insert(lease_id.to_string(), lease);
         self.by_expiry.insert((
@@ -751,6 +999,7 @@ impl Hierarchy {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
         project: &str,
@@ -760,13 +1009,105 @@ impl Hierarchy {
         lease_id: &str,
         metadata: BTreeMap<String, String>,
         t: Nanos,
+        wait: Option<&WaitSpec>,
     ) -> Result<AcquireReply> {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
         validate::metadata(&metadata)?;
+        if let Some(spec) = wait {
+            validate::waiter_id(&spec.waiter_id)?;
+        }
         let quotas = self.quotas;
-        self.ns_mut(project, namespace)?
-            .acquire(lease_id, lock_name, exclusive, metadata, t, &quotas)
+        let ns = self.ns_mut(project, namespace)?;
+        let queued_before = wait.is_some_and(|w| ns.is_queued(lock_name, &w.waiter_id));
+        let reply = ns.acquire(lease_id, lock_name, exclusive, metadata, t, &quotas, wait)?;
+        if let Some(spec) = wait {
+            if !queued_before && ns.is_queued(lock_name, &spec.waiter_id) {
+                self.waiter_deadlines.insert((
+                    spec.deadline,
+                    project.to_string(),
+                    namespace.to_string(),
+                    lock_name.to_string(),
+                    spec.waiter_id.clone(),
+                ));
+            }
+        }
+        Ok(reply)
+    }
+
+    /// Ends a queued acquire (its call reached its deadline or went away). Answers ACQUIRED
+    /// when the waiter had already been granted, TIMED_OUT (with current diagnostics) when it
+    /// is removed ungranted, so a call never reports TIMED_OUT for a lock it was given.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cancel_wait(
+        &mut self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        lease_id: &str,
+        exclusive: bool,
+        waiter_id: &str,
+        t: Nanos,
+    ) -> Result<AcquireReply> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        let ns = self.ns_mut(project, namespace)?;
+        if ns.remove_waiter(lock_name, waiter_id) {
+            ns.pump(lock_name, t);
+        }
+        if !ns.lease_live(lease_id, t) {
+            return Err(lease_not_found());
+        }
+        if ns
+            .holds(lease_id, lock_name)
+            .is_some_and(|x| x || !exclusive)
+        {
+            return Ok(AcquireReply {
+                lock: ns.lock_view(lock_name, t),
+                outcome: AcquireOutcome::Acquired,
+                reason: ContentionReason::Unspecified,
+                blocking_locks: vec![],
+            });
+        }
+        let mut reply = ns.unavailable(lease_id, lock_name, exclusive, t);
+        reply.outcome = AcquireOutcome::TimedOut;
+        Ok(reply)
+    }
+
+    /// Where a queued acquire stands, judged on the applied state at `now`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn waiter_state(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        lease_id: &str,
+        exclusive: bool,
+        waiter_id: &str,
+        now: Nanos,
+    ) -> Result<WaitState> {
+        let ns = self.ns(project, namespace)?;
+        if !ns.lease_live(lease_id, now) {
+            return Err(lease_not_found());
+        }
+        if ns.is_queued(lock_name, waiter_id) {
+            return Ok(WaitState::Queued);
+        }
+        if ns
+            .holds(lease_id, lock_name)
+            .is_some_and(|x| x || !exclusive)
+        {
+            return Ok(WaitState::Granted);
+        }
+        Ok(WaitState::Dropped)
+    }
+
+    /// Number of queued acquires in all namespaces (metrics).
+    pub fn waiter_count(&self) -> usize {
+        let spaces = self.projects.values().flat_map(|p| p.values());
+        spaces
+            .map(|ns| ns.waiters.values().map(VecDeque::len).sum::<usize>())
+            .sum()
     }
 
     /// Would `lease_id` be blocked on `lock_name` at `now`? (Used by waiting servers.)
@@ -907,6 +1248,23 @@ impl Hierarchy {
                         }
                     }
                 }
+                for (name, queue) in &ns.waiters {
+                    if queue.is_empty() {
+                        return Err(format!("{project}/{ns_name}: empty queue on {name}"));
+                    }
+                    for w in queue {
+                        let mirrored = ns
+                            .leases
+                            .get(&w.lease_id)
+                            .is_some_and(|l| l.waiting.contains(&(name.clone(), w.id.clone())));
+                        if !mirrored {
+                            return Err(format!(
+                                "{name}: waiter {} not mirrored in its lease",
+                                w.id
+                            ));
+                        }
+                    }
+                }
                 if below != ns.below {
                     return Err(format!("{project}/{ns_name}: descendant index out of date"));
                 }
@@ -955,7 +1313,7 @@ mod tests {
 
     fn acq(h: &mut Hierarchy, lease: &str, name: &str, exclusive: bool, t: Nanos) -> AcquireReply {
         let r = h
-            .acquire(P, NS, name, exclusive, lease, BTreeMap::new(), t)
+            .acquire(P, NS, name, exclusive, lease, BTreeMap::new(), t, None)
             .unwrap();
         inv(h);
         r
@@ -1223,6 +1581,7 @@ mod tests {
                     exclusive: true,
                     lease_id: "l1".into(),
                     metadata: BTreeMap::new(),
+                    wait: None,
                 }),
             ],
         });
@@ -1351,15 +1710,15 @@ mod tests {
         let mut h = setup(&[]);
         h.create_lease(P, NS, "l1", "w", 5, s(0)).unwrap();
         assert_eq!(
-            h.acquire(P, NS, "a", true, "l1", BTreeMap::new(), s(5)),
+            h.acquire(P, NS, "a", true, "l1", BTreeMap::new(), s(5), None),
             Err(CoreError::NotFound("lease".into()))
         );
         assert_eq!(
-            h.acquire(P, NS, "a", true, "nope", BTreeMap::new(), s(1)),
+            h.acquire(P, NS, "a", true, "nope", BTreeMap::new(), s(1), None),
             Err(CoreError::NotFound("lease".into()))
         );
         assert_eq!(
-            h.acquire(P, "missing", "a", true, "l1", BTreeMap::new(), s(1)),
+            h.acquire(P, "missing", "a", true, "l1", BTreeMap::new(), s(1), None),
             Err(CoreError::NotFound("namespace".into()))
         );
         assert_eq!(
@@ -1481,7 +1840,7 @@ mod tests {
     fn same_lease_reacquire_refreshes_locked_at_and_metadata() {
         let mut h = setup(&["l1", "l2"]);
         let r = h
-            .acquire(P, NS, "a", true, "l1", meta(&[("v", "1")]), s(1))
+            .acquire(P, NS, "a", true, "l1", meta(&[("v", "1")]), s(1), None)
             .unwrap();
         assert_eq!(
             r.lock,
@@ -1498,7 +1857,7 @@ mod tests {
             }
         );
         let r = h
-            .acquire(P, NS, "a", true, "l1", meta(&[("v", "2")]), s(4))
+            .acquire(P, NS, "a", true, "l1", meta(&[("v", "2")]), s(4), None)
             .unwrap();
         assert!(acquired(&r));
         assert_eq!(r.lock.lock_holders.len(), 1);
@@ -1724,7 +2083,7 @@ mod tests {
         );
 
         let lock = |h: &mut Hierarchy, lease: &str, name: &str, x: bool| {
-            h.acquire(P, "n1", name, x, lease, BTreeMap::new(), s(1))
+            h.acquire(P, "n1", name, x, lease, BTreeMap::new(), s(1), None)
         };
         assert!(lock(&mut h, "l1", "a", false).is_ok());
         assert!(lock(&mut h, "l1", "b", true).is_ok());
@@ -1973,41 +2332,48 @@ mod tests {
             ("namespace_name", h.revoke_lease(P, "", "l1", s(2))),
             (
                 "lock_name",
-                h.acquire(P, NS, "a//b", true, "l1", none(), s(2)).map(drop),
+                h.acquire(P, NS, "a//b", true, "l1", none(), s(2), None)
+                    .map(drop),
             ),
             (
                 "lock_name",
-                h.acquire(P, NS, "/a", true, "l1", none(), s(2)).map(drop),
+                h.acquire(P, NS, "/a", true, "l1", none(), s(2), None)
+                    .map(drop),
             ),
             (
                 "lock_name",
-                h.acquire(P, NS, "a/", true, "l1", none(), s(2)).map(drop),
+                h.acquire(P, NS, "a/", true, "l1", none(), s(2), None)
+                    .map(drop),
             ),
             (
                 "lock_name",
-                h.acquire(P, NS, "a.b", true, "l1", none(), s(2)).map(drop),
+                h.acquire(P, NS, "a.b", true, "l1", none(), s(2), None)
+                    .map(drop),
             ),
             (
                 "lock_name",
-                h.acquire(P, NS, &"a".repeat(257), true, "l1", none(), s(2))
+                h.acquire(P, NS, &"a".repeat(257), true, "l1", none(), s(2), None)
                     .map(drop),
             ),
             (
                 "metadata",
-                h.acquire(P, NS, "a", true, "l1", big_meta, s(2)).map(drop),
-            ),
-            (
-                "metadata",
-                h.acquire(P, NS, "held", true, "l1", long_value, s(2))
+                h.acquire(P, NS, "a", true, "l1", big_meta, s(2), None)
                     .map(drop),
             ),
             (
                 "metadata",
-                h.acquire(P, NS, "a", true, "l1", empty_key, s(2)).map(drop),
+                h.acquire(P, NS, "held", true, "l1", long_value, s(2), None)
+                    .map(drop),
+            ),
+            (
+                "metadata",
+                h.acquire(P, NS, "a", true, "l1", empty_key, s(2), None)
+                    .map(drop),
             ),
             (
                 "namespace_name",
-                h.acquire(P, "b@d", "a", true, "l1", none(), s(2)).map(drop),
+                h.acquire(P, "b@d", "a", true, "l1", none(), s(2), None)
+                    .map(drop),
             ),
             ("lock_name", h.release(P, NS, "held/", "l1", s(2)).map(drop)),
             ("lock_name", h.delete_lock(P, NS, "he ld", s(2))),
@@ -2042,7 +2408,8 @@ mod tests {
                 true,
                 "l2",
                 meta(&[("k", &"v".repeat(256))]),
-                s(2)
+                s(2),
+                None
             )
             .is_ok());
         inv(&h);

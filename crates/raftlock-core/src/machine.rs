@@ -219,6 +219,7 @@ impl StateMachine {
                 exclusive,
                 lease_id,
                 metadata,
+                wait,
             } => h
                 .acquire(
                     project,
@@ -228,6 +229,18 @@ impl StateMachine {
                     lease_id,
                     metadata.clone(),
                     t,
+                    wait.as_ref(),
+                )
+                .map(Reply::Acquire),
+            HierOp::CancelWait {
+                namespace,
+                lock_name,
+                lease_id,
+                exclusive,
+                waiter_id,
+            } => h
+                .cancel_wait(
+                    project, namespace, lock_name, lease_id, *exclusive, waiter_id, t,
                 )
                 .map(Reply::Acquire),
             HierOp::ReleaseLock {

@@ -133,6 +133,17 @@ pub fn metadata(meta: &BTreeMap<String, String>) -> Result {
     Ok(())
 }
 
+/// Waiter ids chosen by the proposer: 1–64 printable ASCII characters.
+pub fn waiter_id(id: &str) -> Result {
+    if id.is_empty() || id.len() > 64 || !id.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(CoreError::invalid(
+            "waiter_id",
+            "must be 1-64 printable ASCII characters",
+        ));
+    }
+    Ok(())
+}
+
 /// §5 namespace description: up to 1024 bytes.
 pub fn description(text: &str) -> Result {
     if text.len() > MAX_DESCRIPTION {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
 use raftlock_core::command::{HierOp, LockAction};
-use raftlock_core::hierarchy::{AcquireOutcome, ContentionReason, LockState, LockView};
+use raftlock_core::hierarchy::{AcquireOutcome, ContentionReason, LockState, LockView, WaitSpec};
 use raftlock_core::{codec, Command, CoreError, Op, Outcome, Reply, StateMachine, SECOND};
 
 const T0: i64 = 1_700_000_000 * SECOND;
@@ -82,13 +82,23 @@ fn hier_op() -> impl Strategy<Value = HierOp> {
         }),
         3 => (ns(), lease())
             .prop_map(|(namespace, lease_id)| HierOp::RevokeLease { namespace, lease_id }),
-        40 => (ns(), path(), any::<bool>(), lease(), prop::bool::weighted(0.05)).prop_map(
-            |(namespace, lock_name, exclusive, lease_id, bad)| HierOp::AcquireLock {
+        40 => (ns(), path(), any::<bool>(), lease(), prop::bool::weighted(0.05), wait()).prop_map(
+            |(namespace, lock_name, exclusive, lease_id, bad, wait)| HierOp::AcquireLock {
                 namespace,
                 lock_name: if bad { format!("{lock_name}/") } else { lock_name },
                 exclusive,
                 lease_id,
                 metadata: BTreeMap::new(),
+                wait,
+            }
+        ),
+        6 => (ns(), path(), any::<bool>(), lease(), pick(&["q1", "q2", "q3"])).prop_map(
+            |(namespace, lock_name, exclusive, lease_id, waiter)| HierOp::CancelWait {
+                namespace,
+                lock_name,
+                lease_id,
+                exclusive,
+                waiter_id: waiter.into(),
             }
         ),
         12 => (ns(), path(), lease()).prop_map(|(namespace, lock_name, lease_id)| {
@@ -101,6 +111,16 @@ fn hier_op() -> impl Strategy<Value = HierOp> {
         2 => (ns(), path())
             .prop_map(|(namespace, lock_name)| HierOp::DeleteLock { namespace, lock_name }),
     ]
+}
+
+/// Half of the acquires queue when blocked, with deadlines spread over the run.
+fn wait() -> impl Strategy<Value = Option<WaitSpec>> {
+    prop::option::weighted(0.5, (pick(&["q1", "q2", "q3"]), 0i64..120)).prop_map(|w| {
+        w.map(|(id, secs)| WaitSpec {
+            waiter_id: id.into(),
+            deadline: T0 + secs * 1_000_000_000,
+        })
+    })
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::Next;
@@ -17,6 +17,10 @@ use crate::node::SharedNode;
 
 /// Marks a request forwarded by a peer; its value is the number of hops so far.
 pub const HOPS_HEADER: &str = "x-raftlock-hops";
+/// Waiter id of a forwarded blocking acquire, stable across retries to a new leader.
+pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
+/// Wall-clock deadline (ns) of a forwarded blocking acquire, stable across retries.
+pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// Longest blocking acquire plus slack.
@@ -72,6 +76,17 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
     }
 }
 
+/// What is needed to (re)send a client request to the leader.
+struct Outgoing {
+    method: axum::http::Method,
+    /// Path and query, relayed unchanged.
+    path: String,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+    /// Long enough for the longest blocking acquire.
+    timeout: Duration,
+}
+
 async fn forward(
     node: &SharedNode,
     req: Request,
@@ -80,33 +95,119 @@ async fn forward(
     d: Dialect,
 ) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    let bytes = body::read(body, d).await?;
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let url = format!("http://{addr}{path}");
-    let timeout = if parts.uri.path().ends_with("/AcquireLock") {
-        LONG_CALL + node.config.commit_timeout
-    } else {
-        2 * node.config.commit_timeout + Duration::from_millis(500)
+    let body = body::read(body, d).await?;
+    let blocking = parts.uri.path().ends_with("/AcquireLock");
+    let out = Outgoing {
+        method: parts.method,
+        path: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_string(),
+        headers: parts.headers,
+        body,
+        timeout: if blocking {
+            LONG_CALL + node.config.commit_timeout
+        } else {
+            2 * node.config.commit_timeout + Duration::from_millis(500)
+        },
     };
-    let mut out = node
-        .forward_client
-        .request(parts.method.clone(), &url)
-        .timeout(timeout)
-        .body(bytes);
-    for (name, value) in parts.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
-        if name.as_str() != HOPS_HEADER && name.as_str() != raftlock_raft::CLUSTER_SECRET_HEADER {
-            out = out.header(name, value);
+    let wait_secs = if blocking && hops == 1 {
+        blocking_timeout(&out.body)
+    } else {
+        0
+    };
+    if wait_secs == 0 {
+        return send(node, &out, addr, hops, &[], d).await;
+    }
+    forward_blocking_acquire(node, out, addr, wait_secs, d).await
+}
+
+/// `timeout_seconds` of an AcquireLock body (0 when absent or unreadable).
+fn blocking_timeout(body: &[u8]) -> u64 {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
+        .unwrap_or(0)
+        .min(300)
+}
+
+/// A blocking acquire survives a leader change: the follower that received it keeps one
+/// waiter id and deadline for the whole call and, if the leader dies or steps down
+/// mid-wait, sends the call again to the new leader until the deadline. The queue entry is
+/// keyed by the waiter id and re-acquire under one lease is idempotent, so a retry can
+/// neither queue twice nor double-grant.
+async fn forward_blocking_acquire(
+    node: &SharedNode,
+    out: Outgoing,
+    first_addr: &str,
+    wait_secs: u64,
+    d: Dialect,
+) -> Result<Response, ApiError> {
+    let waiter_id = super::rpc::new_waiter_id();
+    let deadline_nanos = node.now() + wait_secs as i64 * 1_000_000_000;
+    let give_up =
+        tokio::time::Instant::now() + Duration::from_secs(wait_secs) + node.config.commit_timeout;
+    let extra = [
+        (WAITER_ID_HEADER, waiter_id),
+        (DEADLINE_HEADER, deadline_nanos.to_string()),
+    ];
+    let mut addr = first_addr.to_string();
+    loop {
+        let result = send(node, &out, &addr, 1, &extra, d).await;
+        let retry = match &result {
+            Ok(resp) => resp.status() == StatusCode::SERVICE_UNAVAILABLE,
+            Err(_) => true,
+        };
+        if !retry || tokio::time::Instant::now() >= give_up {
+            return result;
+        }
+        // Wait for the cluster to settle on a (possibly new) leader, then try again.
+        let mut metrics = node.raft.metrics();
+        let _ = tokio::time::timeout(Duration::from_millis(200), metrics.changed()).await;
+        match node.wait_for_leader().await {
+            Some((_, leader_addr)) => addr = leader_addr,
+            None => continue,
         }
     }
-    out = out.header(HOPS_HEADER, hops.to_string()).header(
-        raftlock_raft::CLUSTER_SECRET_HEADER,
-        node.config.cluster_secret.as_str(),
-    );
-    let resp = out
+}
+
+async fn send(
+    node: &SharedNode,
+    out: &Outgoing,
+    addr: &str,
+    hops: u32,
+    extra: &[(&str, String)],
+    d: Dialect,
+) -> Result<Response, ApiError> {
+    let url = format!("http://{addr}{}", out.path);
+    let mut req = node
+        .forward_client
+        .request(out.method.clone(), &url)
+        .timeout(out.timeout)
+        .body(out.body.clone());
+    for (name, value) in out.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
+        if !is_internal(name.as_str()) {
+            req = req.header(name, value);
+        }
+    }
+    for (name, value) in extra {
+        req = req.header(*name, value.as_str());
+    }
+    // The source header names this node (not the original client) so a per-link fault
+    // proxy sees which node-to-node link the forwarded request travels on.
+    req = req
+        .header(HOPS_HEADER, hops.to_string())
+        .header(
+            raftlock_raft::CLUSTER_SECRET_HEADER,
+            node.config.cluster_secret.as_str(),
+        )
+        .header(
+            raftlock_raft::SOURCE_HEADER,
+            node.config.node_id.to_string(),
+        );
+    let resp = req
         .send()
         .await
         .map_err(|e| ApiError::unavailable(d, format!("leader unreachable: {e}")))?;
@@ -123,4 +224,13 @@ async fn forward(
     }
     metrics::counter!("raftlock_forwarded_total").increment(1);
     Ok(reply)
+}
+
+/// Node-to-node headers a client may not smuggle through a forward.
+fn is_internal(name: &str) -> bool {
+    name == HOPS_HEADER
+        || name == WAITER_ID_HEADER
+        || name == DEADLINE_HEADER
+        || name == raftlock_raft::CLUSTER_SECRET_HEADER
+        || name == raftlock_raft::SOURCE_HEADER
 }

@@ -1,9 +1,9 @@
 //! §5 hierarchical-lock RPCs: `POST /v1beta/{Method}` with the request message as JSON body.
 //!
 //! Handlers run on the leader. Writes are proposed through the log; reads are linearizable.
-//! A blocking `AcquireLock` waits on the server: after every apply it re-checks compatibility
-//! against the applied state and proposes the acquire again only when it could succeed, so
-//! the call returns as soon as the lock is free rather than on a polling tick.
+//! A blocking `AcquireLock` joins the lock's replicated FIFO queue and waits on the server;
+//! the apply that frees the lock grants it to the head waiter(s), and the waiting call sees
+//! the grant on the next applied index — no polling tick.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use raftlock_core::command::HierOp;
-use raftlock_core::hierarchy::{AcquireOutcome, AcquireReply};
+use raftlock_core::hierarchy::{
+    AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
+};
 use raftlock_core::{validate, CoreError, Op, Reply};
 use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
@@ -112,6 +114,7 @@ async fn dispatch(
         return Err(ApiError::rate_limited(D, retry_after));
     }
     let bytes = body::read(b, D).await?;
+    let ctx = WaitContext::from_headers(&headers);
     let call = Call { node, project };
     let answer = match method.as_str() {
         "CreateNamespace" => call.create_namespace(parse(&bytes)?).await?,
@@ -124,7 +127,7 @@ async fn dispatch(
         "RevokeLockLease" => call.revoke_lease(parse(&bytes)?).await?,
         "GetLockLease" => call.get_lease(parse(&bytes)?).await?,
         "ListLockLeases" => call.list_leases(parse(&bytes)?).await?,
-        "AcquireLock" => call.acquire(parse(&bytes)?).await?,
+        "AcquireLock" => call.acquire(parse(&bytes)?, ctx).await?,
         "ReleaseLock" => call.release(parse(&bytes)?).await?,
         "GetLock" => call.get_lock(parse(&bytes)?).await?,
         "DeleteLock" => call.delete_lock(parse(&bytes)?).await?,
@@ -301,13 +304,18 @@ impl Call {
         )
     }
 
-    async fn try_acquire(&self, r: &LockReq) -> Result<AcquireReply, ApiError> {
+    async fn try_acquire(
+        &self,
+        r: &LockReq,
+        wait: Option<WaitSpec>,
+    ) -> Result<AcquireReply, ApiError> {
         let op = HierOp::AcquireLock {
             namespace: r.namespace_name.clone(),
             lock_name: r.lock_name.clone(),
             exclusive: r.exclusive,
             lease_id: r.lease_id.clone(),
             metadata: r.metadata.clone(),
+            wait,
         };
         match self.write(op).await? {
             Reply::Acquire(a) => Ok(a),
@@ -315,45 +323,172 @@ impl Call {
         }
     }
 
-    /// Acquire, waiting up to `timeout_seconds` on the server for the lock to become free.
-    async fn acquire(&self, r: LockReq) -> Result<Value, ApiError> {
+    /// Acquire. With `timeout_seconds > 0` an incompatible request joins the lock's
+    /// replicated FIFO queue; a release hands the lock over in the same apply, and this call
+    /// notices on the next applied index. At the deadline it proposes a cancel and answers
+    /// from that result, so it never answers TIMED_OUT for a lock it was granted.
+    async fn acquire(&self, r: LockReq, ctx: WaitContext) -> Result<Value, ApiError> {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(r.timeout_seconds);
-        let mut applied = self.node.raft.metrics();
-        let mut reply = self.try_acquire(&r).await?;
-        while reply.outcome != AcquireOutcome::Acquired && r.timeout_seconds > 0 {
-            // Sleep until the applied state says the acquire would succeed, or the deadline.
-            let free = loop {
-                if tokio::time::timeout_at(deadline, applied.changed())
-                    .await
-                    .is_err()
-                {
-                    break false;
-                }
-                let project = self.project.as_str();
-                let probe = self.node.read_local(|sm, now| {
-                    sm.hierarchy().probe(
-                        project,
-                        &r.namespace_name,
-                        &r.lock_name,
-                        r.exclusive,
-                        &r.lease_id,
-                        now,
-                    )
-                });
-                match probe {
-                    Ok(None) => break true,
-                    Ok(Some(blocked)) => reply = blocked,
-                    Err(e) => return Err(core(e)),
-                }
-            };
-            if !free {
-                reply.outcome = AcquireOutcome::TimedOut;
-                break;
-            }
-            reply = self.try_acquire(&r).await?;
+        let now = self.node.now();
+        let mut deadline = now + r.timeout_seconds as i64 * 1_000_000_000;
+        if let Some(original) = ctx.deadline {
+            deadline = deadline.min(original);
         }
+        let wait = (r.timeout_seconds > 0).then(|| WaitSpec {
+            waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
+            deadline,
+        });
+        let first = self.try_acquire(&r, wait.clone()).await?;
+        let Some(spec) = wait.filter(|_| first.outcome != AcquireOutcome::Acquired) else {
+            return Ok(json!(first));
+        };
+        let cancel = HierOp::CancelWait {
+            namespace: r.namespace_name.clone(),
+            lock_name: r.lock_name.clone(),
+            lease_id: r.lease_id.clone(),
+            exclusive: r.exclusive,
+            waiter_id: spec.waiter_id.clone(),
+        };
+        let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
+        let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
+        let granted = self
+            .wait_in_queue(&r, &spec.waiter_id, tokio::time::Instant::now() + remaining)
+            .await?;
+        let reply = match granted {
+            Some(reply) => reply,
+            None => match self.write(cancel).await? {
+                Reply::Acquire(a) => a,
+                other => return Err(unexpected(other)),
+            },
+        };
+        guard.disarm();
         Ok(json!(reply))
+    }
+
+    /// Follows the waiter on the applied state until it is granted (`Some`), dropped or the
+    /// deadline passes (`None`); a lease or namespace that disappears ends the wait.
+    async fn wait_in_queue(
+        &self,
+        r: &LockReq,
+        waiter_id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<AcquireReply>, ApiError> {
+        let _gauge = WaiterGauge::new();
+        let mut applied = self.node.raft.metrics();
+        let project = self.project.as_str();
+        loop {
+            let state = self.node.read_local(|sm, now| {
+                let h = sm.hierarchy();
+                let state = h.waiter_state(
+                    project,
+                    &r.namespace_name,
+                    &r.lock_name,
+                    &r.lease_id,
+                    r.exclusive,
+                    waiter_id,
+                    now,
+                )?;
+                let lock = h.get_lock(project, &r.namespace_name, &r.lock_name, now)?;
+                Ok::<_, CoreError>((state, lock))
+            });
+            match state.map_err(core)? {
+                (WaitState::Queued, _) => {}
+                (WaitState::Granted, lock) => {
+                    return Ok(Some(AcquireReply {
+                        lock,
+                        outcome: AcquireOutcome::Acquired,
+                        reason: ContentionReason::Unspecified,
+                        blocking_locks: vec![],
+                    }))
+                }
+                (WaitState::Dropped, _) => return Ok(None),
+            }
+            if tokio::time::timeout_at(deadline, applied.changed())
+                .await
+                .is_err()
+            {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Set by a follower that forwards a blocking acquire, so a retry after a leader change
+/// keeps the call's place in the queue and its original deadline.
+#[derive(Debug, Clone, Default)]
+struct WaitContext {
+    waiter_id: Option<String>,
+    /// Wall-clock nanoseconds at which the original call gives up.
+    deadline: Option<i64>,
+}
+
+impl WaitContext {
+    /// Trusted only on forwarded requests (the forwarding middleware checked the secret).
+    fn from_headers(headers: &HeaderMap) -> WaitContext {
+        if !headers.contains_key(super::forward::HOPS_HEADER) {
+            return WaitContext::default();
+        }
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        WaitContext {
+            waiter_id: text(super::forward::WAITER_ID_HEADER),
+            deadline: text(super::forward::DEADLINE_HEADER).and_then(|d| d.parse().ok()),
+        }
+    }
+}
+
+/// A new waiter id: 22 random base62 characters.
+pub fn new_waiter_id() -> String {
+    Alphanumeric.sample_string(&mut rand::thread_rng(), 22)
+}
+
+/// Proposes a cancel if the waiting call goes away (client disconnect drops the handler),
+/// so an abandoned waiter leaves the queue at once instead of at its deadline.
+struct CancelOnDrop {
+    pending: Option<(SharedNode, String, HierOp)>,
+}
+
+impl CancelOnDrop {
+    fn new(node: SharedNode, project: String, cancel: HierOp) -> Self {
+        CancelOnDrop {
+            pending: Some((node, project, cancel)),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.pending = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((node, project, op)) = self.pending.take() {
+            tokio::spawn(async move {
+                if let Err(e) = node.propose(Op::Hier { project, op }).await {
+                    tracing::warn!(error = %e, "could not dequeue an abandoned waiter");
+                }
+            });
+        }
+    }
+}
+
+/// Tracks the number of calls waiting on this node (the `raftlock_waiters` gauge).
+struct WaiterGauge;
+
+impl WaiterGauge {
+    fn new() -> Self {
+        metrics::gauge!("raftlock_waiters").increment(1.0);
+        WaiterGauge
+    }
+}
+
+impl Drop for WaiterGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("raftlock_waiters").decrement(1.0);
     }
 }
 

@@ -1,0 +1,249 @@
+//! The replicated FIFO waiter queue of §5 blocking acquires.
+
+use std::collections::BTreeMap;
+
+use raftlock_core::hierarchy::{
+    AcquireOutcome, AcquireReply, Hierarchy, LockState, WaitSpec, WaitState,
+};
+use raftlock_core::{CoreError, Nanos, SECOND};
+
+const P: &str = "p";
+const NS: &str = "ns";
+const T0: Nanos = 1_700_000_000 * SECOND;
+
+fn s(n: i64) -> Nanos {
+    T0 + n * SECOND
+}
+
+fn setup(leases: &[&str]) -> Hierarchy {
+    let mut h = Hierarchy::default();
+    h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
+        .unwrap();
+    for l in leases {
+        h.create_lease(P, NS, l, "proc", 300, s(0)).unwrap();
+    }
+    h
+}
+
+fn wait(id: &str, deadline: Nanos) -> WaitSpec {
+    WaitSpec {
+        waiter_id: id.into(),
+        deadline,
+    }
+}
+
+fn acq(
+    h: &mut Hierarchy,
+    lease: &str,
+    name: &str,
+    x: bool,
+    t: Nanos,
+    w: Option<&WaitSpec>,
+) -> AcquireReply {
+    let r = h
+        .acquire(P, NS, name, x, lease, BTreeMap::new(), t, w)
+        .unwrap();
+    h.check_invariants().unwrap();
+    r
+}
+
+fn state(h: &Hierarchy, lease: &str, name: &str, x: bool, id: &str, t: Nanos) -> WaitState {
+    h.waiter_state(P, NS, name, lease, x, id, t).unwrap()
+}
+
+#[test]
+fn release_hands_the_lock_to_the_head_waiter_in_the_same_apply() {
+    let mut h = setup(&["a", "b"]);
+    assert_eq!(
+        acq(&mut h, "a", "x", true, s(1), None).outcome,
+        AcquireOutcome::Acquired
+    );
+    let w = wait("w1", s(100));
+    assert_eq!(
+        acq(&mut h, "b", "x", true, s(2), Some(&w)).outcome,
+        AcquireOutcome::Unavailable
+    );
+    assert_eq!(state(&h, "b", "x", true, "w1", s(2)), WaitState::Queued);
+    h.release(P, NS, "x", "a", s(3)).unwrap();
+    h.check_invariants().unwrap();
+    assert_eq!(state(&h, "b", "x", true, "w1", s(3)), WaitState::Granted);
+    let lock = h.get_lock(P, NS, "x", s(3)).unwrap();
+    assert_eq!(lock.lock_holders[0].lease_id, "b");
+    assert_eq!(lock.state, LockState::ExclusiveLocked);
+}
+
+#[test]
+fn an_exclusive_waiter_is_not_starved_by_later_shared_requests() {
+    let mut h = setup(&["s1", "xw", "s2", "s3"]);
+    acq(&mut h, "s1", "r", false, s(1), None);
+    let xw = wait("x", s(100));
+    acq(&mut h, "xw", "r", true, s(2), Some(&xw));
+    // A later shared request would be compatible with the holder, but must queue behind.
+    let later = acq(&mut h, "s2", "r", false, s(3), None);
+    assert_eq!(
+        later.outcome,
+        AcquireOutcome::Unavailable,
+        "no overtaking a queued waiter"
+    );
+    let s2w = wait("s2w", s(100));
+    let s3w = wait("s3w", s(100));
+    acq(&mut h, "s2", "r", false, s(3), Some(&s2w));
+    acq(&mut h, "s3", "r", false, s(3), Some(&s3w));
+    h.release(P, NS, "r", "s1", s(4)).unwrap();
+    assert_eq!(
+        state(&h, "xw", "r", true, "x", s(4)),
+        WaitState::Granted,
+        "exclusive served first"
+    );
+    assert_eq!(state(&h, "s2", "r", false, "s2w", s(4)), WaitState::Queued);
+    h.release(P, NS, "r", "xw", s(5)).unwrap();
+    h.check_invariants().unwrap();
+    // Compatible shared waiters at the head are granted together.
+    assert_eq!(state(&h, "s2", "r", false, "s2w", s(5)), WaitState::Granted);
+    assert_eq!(state(&h, "s3", "r", false, "s3w", s(5)), WaitState::Granted);
+    assert_eq!(h.get_lock(P, NS, "r", s(5)).unwrap().lock_holders.len(), 2);
+}
+
+#[test]
+fn timeout_zero_never_queues() {
+    let mut h = setup(&["a", "b"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(2), None);
+    h.release(P, NS, "x", "a", s(3)).unwrap();
+    assert_eq!(
+        h.get_lock(P, NS, "x", s(3)).unwrap().state,
+        LockState::Unlocked
+    );
+    assert_eq!(h.waiter_count(), 0);
+}
+
+#[test]
+fn cancel_reports_a_grant_that_already_happened_and_otherwise_times_out() {
+    let mut h = setup(&["a", "b", "c"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
+    acq(&mut h, "c", "x", true, s(1), Some(&wait("wc", s(100))));
+    h.release(P, NS, "x", "a", s(2)).unwrap();
+    let granted = h.cancel_wait(P, NS, "x", "b", true, "wb", s(3)).unwrap();
+    assert_eq!(
+        granted.outcome,
+        AcquireOutcome::Acquired,
+        "granted before the cancel arrived"
+    );
+    let timed_out = h.cancel_wait(P, NS, "x", "c", true, "wc", s(3)).unwrap();
+    assert_eq!(timed_out.outcome, AcquireOutcome::TimedOut);
+    h.release(P, NS, "x", "b", s(4)).unwrap();
+    assert_eq!(
+        h.get_lock(P, NS, "x", s(4)).unwrap().state,
+        LockState::Unlocked,
+        "never granted after TIMED_OUT"
+    );
+    h.check_invariants().unwrap();
+}
+
+#[test]
+fn waiters_past_their_deadline_are_dropped_and_never_granted() {
+    let mut h = setup(&["a", "b"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(10))));
+    h.reap(s(10));
+    assert_eq!(state(&h, "b", "x", true, "wb", s(10)), WaitState::Dropped);
+    h.release(P, NS, "x", "a", s(11)).unwrap();
+    assert_eq!(
+        h.get_lock(P, NS, "x", s(11)).unwrap().state,
+        LockState::Unlocked
+    );
+}
+
+#[test]
+fn a_waiter_whose_lease_ends_leaves_the_queue_and_the_next_one_is_served() {
+    let mut h = Hierarchy::default();
+    h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
+        .unwrap();
+    h.create_lease(P, NS, "holder", "p", 300, s(0)).unwrap();
+    h.create_lease(P, NS, "short", "p", 5, s(0)).unwrap();
+    h.create_lease(P, NS, "long", "p", 300, s(0)).unwrap();
+    acq(&mut h, "holder", "x", true, s(1), None);
+    acq(&mut h, "short", "x", true, s(1), Some(&wait("ws", s(100))));
+    acq(&mut h, "long", "x", true, s(1), Some(&wait("wl", s(100))));
+    h.reap(s(5));
+    h.check_invariants().unwrap();
+    assert_eq!(
+        h.waiter_state(P, NS, "x", "short", true, "ws", s(5)),
+        Err(CoreError::NotFound("lease".into()))
+    );
+    h.revoke_lease(P, NS, "holder", s(6)).unwrap();
+    assert_eq!(state(&h, "long", "x", true, "wl", s(6)), WaitState::Granted);
+}
+
+#[test]
+fn a_retry_with_the_same_waiter_id_keeps_its_place() {
+    let mut h = setup(&["a", "b", "c"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
+    acq(&mut h, "c", "x", true, s(2), Some(&wait("wc", s(100))));
+    acq(&mut h, "b", "x", true, s(3), Some(&wait("wb", s(100))));
+    assert_eq!(h.waiter_count(), 2, "no duplicate entry");
+    h.release(P, NS, "x", "a", s(4)).unwrap();
+    assert_eq!(
+        state(&h, "b", "x", true, "wb", s(4)),
+        WaitState::Granted,
+        "still first"
+    );
+}
+
+#[test]
+fn a_waiter_blocked_by_an_ancestor_is_served_when_the_ancestor_is_released() {
+    let mut h = setup(&["a", "b", "c"]);
+    acq(&mut h, "a", "users", true, s(1), None);
+    acq(
+        &mut h,
+        "b",
+        "users/1/profile",
+        false,
+        s(1),
+        Some(&wait("wb", s(100))),
+    );
+    acq(&mut h, "c", "users", false, s(1), Some(&wait("wc", s(100))));
+    h.release(P, NS, "users", "a", s(2)).unwrap();
+    h.check_invariants().unwrap();
+    assert_eq!(
+        state(&h, "b", "users/1/profile", false, "wb", s(2)),
+        WaitState::Granted
+    );
+    assert_eq!(
+        state(&h, "c", "users", false, "wc", s(2)),
+        WaitState::Granted,
+        "shared/shared is compatible"
+    );
+}
+
+#[test]
+fn a_downgrade_by_the_holder_bypasses_the_queue_and_wakes_shared_waiters() {
+    let mut h = setup(&["a", "b"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", false, s(1), Some(&wait("wb", s(100))));
+    assert_eq!(
+        acq(&mut h, "a", "x", false, s(2), None).outcome,
+        AcquireOutcome::Acquired
+    );
+    assert_eq!(state(&h, "b", "x", false, "wb", s(2)), WaitState::Granted);
+    assert_eq!(
+        h.get_lock(P, NS, "x", s(2)).unwrap().state,
+        LockState::SharedLocked
+    );
+}
+
+#[test]
+fn deleting_the_namespace_ends_every_wait_with_not_found() {
+    let mut h = setup(&["a", "b"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
+    h.delete_namespace(P, NS).unwrap();
+    assert_eq!(
+        h.waiter_state(P, NS, "x", "b", true, "wb", s(2)),
+        Err(CoreError::NotFound("namespace".into()))
+    );
+    h.reap(s(200));
+    assert_eq!(h.waiter_count(), 0);
+}
