@@ -246,3 +246,138 @@ async fn errors_use_grpc_codes() -> anyhow::Result<()> {
     assert_eq!((ver.status, ver.code()), (400, "invalid_argument"));
     Ok(())
 }
+
+#[tokio::test]
+async fn fifo_an_exclusive_waiter_is_served_before_a_later_shared_request() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let s1 = lease(&api, "reader-1", 60).await?;
+    let x = lease(&api, "writer", 60).await?;
+    let s2 = lease(&api, "reader-2", 60).await?;
+    assert_eq!(
+        acquire(&api, &s1, "doc", false, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED"
+    );
+
+    let (api_x, x_id) = (api.clone(), x.clone());
+    let writer = tokio::spawn(async move { acquire(&api_x, &x_id, "doc", true, 20).await });
+    // Wait until the writer is queued: a newcomer's shared request (timeout 0) is refused
+    // only once a waiter is ahead of it. A probe that got through is released again.
+    let probe = lease(&api, "probe", 60).await?;
+    raftlock_tests::eventually(Duration::from_secs(5), "writer to queue", || async {
+        let got = acquire(&api, &probe, "doc", false, 0).await.ok()?;
+        if got["outcome"] == "ACQUIRE_OUTCOME_UNAVAILABLE" {
+            return Some(());
+        }
+        let release =
+            json!({ "namespace_name": "UserObjects", "lock_name": "doc", "lease_id": probe });
+        api.rpc("ReleaseLock", release).await.ok()?;
+        None
+    })
+    .await?;
+    let (api_s, s2_id) = (api.clone(), s2.clone());
+    let reader = tokio::spawn(async move { acquire(&api_s, &s2_id, "doc", false, 20).await });
+    api.rpc(
+        "ReleaseLock",
+        json!({ "namespace_name": "UserObjects", "lock_name": "doc", "lease_id": s1 }),
+    )
+    .await?;
+    let w = writer.await??;
+    assert_eq!(
+        w["outcome"], "ACQUIRE_OUTCOME_ACQUIRED",
+        "exclusive waiter first"
+    );
+    assert!(
+        !reader.is_finished(),
+        "the later shared request still waits behind the writer"
+    );
+    let get = api
+        .rpc(
+            "GetLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "doc" }),
+        )
+        .await?;
+    assert_eq!(get.body["lock"]["state"], "LOCK_STATE_EXCLUSIVE_LOCKED");
+    api.rpc(
+        "ReleaseLock",
+        json!({ "namespace_name": "UserObjects", "lock_name": "doc", "lease_id": x }),
+    )
+    .await?;
+    assert_eq!(reader.await??["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+    Ok(())
+}
+
+#[tokio::test]
+async fn lease_expiry_releases_holders_and_wakes_waiters() -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let short = lease(&api, "dies", 2).await?;
+    let waiter = lease(&api, "waits", 60).await?;
+    assert_eq!(
+        acquire(&api, &short, "j", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED"
+    );
+    let started = Instant::now();
+    let r = acquire(&api, &waiter, "j", true, 15).await?;
+    assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "granted after the 2 s lease lapsed, took {waited:?}"
+    );
+    let gone = api
+        .rpc(
+            "RefreshLockLease",
+            json!({ "namespace_name": "UserObjects", "lease_id": short, "ttl_seconds": 10 }),
+        )
+        .await?;
+    assert_eq!(
+        (gone.status, gone.code()),
+        (404, "not_found"),
+        "refresh of an expired lease"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_waiting_call_survives_a_leader_kill() -> anyhow::Result<()> {
+    let (mut cluster, api) = setup().await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let holder = lease(&api, "holder", 60).await?;
+    let waiter = lease(&api, "waiter", 60).await?;
+    assert_eq!(
+        acquire(&api, &holder, "w", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED"
+    );
+    let (api_w, w_id) = (api.clone(), waiter.clone());
+    let waiting = tokio::spawn(async move { acquire(&api_w, &w_id, "w", true, 30).await });
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the waiter to be queued",
+        || async {
+            let probe = api
+                .rpc(
+                    "GetLock",
+                    json!({ "namespace_name": "UserObjects", "lock_name": "w" }),
+                )
+                .await
+                .ok()?;
+            (probe.status == 200).then_some(())
+        },
+    )
+    .await?;
+    cluster.kill(leader);
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let rel = raftlock_tests::eventually(Duration::from_secs(10), "release on the new leader", || async {
+        let r = api.rpc("ReleaseLock", json!({ "namespace_name": "UserObjects", "lock_name": "w", "lease_id": holder })).await.ok()?;
+        (r.status == 200).then_some(r)
+    })
+    .await?;
+    assert_eq!(rel.status, 200);
+    let r = waiting.await??;
+    assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{r}");
+    assert_eq!(
+        r["lock"]["lock_holders"].as_array().map(Vec::len),
+        Some(1),
+        "exactly one holder"
+    );
+    Ok(())
+}

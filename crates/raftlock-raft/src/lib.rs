@@ -28,7 +28,9 @@ pub mod typ;
 
 pub use config::recommended_config;
 pub use log_store::LogStore;
-pub use network::{internal_router, Network, NetworkConnection, CLUSTER_SECRET_HEADER};
+pub use network::{
+    internal_router, Network, NetworkConnection, CLUSTER_SECRET_HEADER, SOURCE_HEADER,
+};
 pub use state_machine::{SharedState, SmData, StateMachineStore};
 pub use store::{open, open_with_limits};
 pub use typ::*;

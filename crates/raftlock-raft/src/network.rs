@@ -30,6 +30,11 @@ use crate::typ::{
 /// Header carrying the shared cluster secret on every peer RPC.
 pub const CLUSTER_SECRET_HEADER: &str = "x-raftlock-cluster-secret";
 
+/// Header naming the sending node's id on every node-to-node request (Raft RPCs and
+/// forwarded client requests). Informational only — never trusted for authorization; the
+/// chaos suite's per-link fault proxy uses it to tell which link a request travels on.
+pub const SOURCE_HEADER: &str = "x-raftlock-from";
+
 /// Path of the `append_entries` RPC.
 pub const APPEND_PATH: &str = "/internal/raft/append";
 /// Path of the `vote` RPC.
@@ -49,6 +54,8 @@ const OCTET_STREAM: &str = "application/octet-stream";
 pub struct Network {
     client: reqwest::Client,
     secret: Arc<str>,
+    /// This node's id, sent in [`SOURCE_HEADER`] when set (see [`Network::with_source`]).
+    source: Option<NodeId>,
 }
 
 impl Network {
@@ -70,7 +77,14 @@ impl Network {
         Network {
             client,
             secret: Arc::from(secret.into()),
+            source: None,
         }
+    }
+
+    /// Names this node (`id`) in [`SOURCE_HEADER`] on every RPC it sends.
+    pub fn with_source(mut self, id: NodeId) -> Self {
+        self.source = Some(id);
+        self
     }
 }
 
@@ -81,6 +95,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         NetworkConnection {
             client: self.client.clone(),
             secret: self.secret.clone(),
+            source: self.source,
             target,
             node: node.clone(),
         }
@@ -91,6 +106,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct NetworkConnection {
     client: reqwest::Client,
     secret: Arc<str>,
+    source: Option<NodeId>,
     target: NodeId,
     node: Node,
 }
@@ -124,11 +140,15 @@ impl NetworkConnection {
     {
         let body = codec::encode(req).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
         let url = format!("http://{}{}", self.node.addr, path);
-        let res = self
+        let mut request = self
             .client
             .post(&url)
             .header(header::CONTENT_TYPE, OCTET_STREAM)
-            .header(CLUSTER_SECRET_HEADER, &*self.secret)
+            .header(CLUSTER_SECRET_HEADER, &*self.secret);
+        if let Some(source) = self.source {
+            request = request.header(SOURCE_HEADER, source.to_string());
+        }
+        let res = request
             .timeout(timeout)
             .body(body)
             .send()

@@ -93,6 +93,19 @@ pub struct Config {
     pub join: bool,
 }
 
+/// On Kubernetes a StatefulSet pod `name-N` is node `N + 1`: read from
+/// `RAFTLOCK_NODE_ID_FROM_POD` (set it to the pod name through the downward API).
+fn node_id_from_pod() -> anyhow::Result<Option<u64>> {
+    let Ok(pod) = std::env::var("RAFTLOCK_NODE_ID_FROM_POD") else {
+        return Ok(None);
+    };
+    let ordinal = pod.rsplit('-').next().and_then(|n| n.parse::<u64>().ok());
+    match ordinal {
+        Some(n) => Ok(Some(n + 1)),
+        None => bail!("RAFTLOCK_NODE_ID_FROM_POD={pod:?} does not end in -<ordinal>"),
+    }
+}
+
 /// Parses `1=host:port,2=host:port`.
 pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     let mut peers = BTreeMap::new();
@@ -145,7 +158,10 @@ impl ServeArgs {
             None => ServeArgs::default(),
         };
         let a = self.or(file);
-        let node_id = a.node_id.unwrap_or(1);
+        let node_id = match a.node_id {
+            Some(id) => id,
+            None => node_id_from_pod()?.unwrap_or(1),
+        };
         let listen = a.listen.unwrap_or_else(|| "127.0.0.1:7001".to_string());
         let peers = match &a.peers {
             Some(text) => parse_peers(text)?,

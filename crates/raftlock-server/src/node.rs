@@ -56,7 +56,10 @@ impl Node {
             ..Default::default()
         }
         .validate()?;
-        let network = raftlock_raft::Network::new(config.cluster_secret.clone());
+        // Names this node on every peer RPC (x-raftlock-from), so a per-link fault proxy can
+        // tell links apart (chaos suite).
+        let network =
+            raftlock_raft::Network::new(config.cluster_secret.clone()).with_source(config.node_id);
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),

@@ -1,0 +1,252 @@
+//! Real containers: builds the `FROM scratch` image, starts `deploy/docker-compose.yml`,
+//! runs load, cuts the leader off its peers with `docker network disconnect`, checks
+//! failover and the isolated node's 503, reconnects it and checks that it catches up.
+//!
+//! Skipped (with the reason printed) where no Docker engine or docker-compose is available.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use raftlock_tests::{binary, eventually, token, Locks};
+use serde_json::{json, Value};
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn docker_unavailable() -> Option<String> {
+    match Command::new("docker").arg("info").output() {
+        Err(e) => return Some(format!("docker CLI not found: {e}")),
+        Ok(o) if !o.status.success() => {
+            return Some(format!(
+                "no Docker engine: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Ok(_) => {}
+    }
+    match Command::new("docker-compose").arg("version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("docker-compose not found".into()),
+    }
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `docker-compose` bound to one project name; `down -v` on drop.
+struct Compose {
+    project: String,
+    env: Vec<(String, String)>,
+}
+
+impl Compose {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("docker-compose");
+        c.args([
+            "-f",
+            repo_root()
+                .join("deploy/docker-compose.yml")
+                .to_str()
+                .unwrap(),
+            "-p",
+            &self.project,
+        ]);
+        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        c
+    }
+
+    fn container(&self, node: u64) -> String {
+        format!("{}_node{node}_1", self.project)
+    }
+
+    fn cluster_network(&self) -> String {
+        format!("{}_cluster", self.project)
+    }
+
+    /// The node's address on the `edge` network (reachable from this host).
+    fn edge_addr(&self, node: u64) -> Result<String> {
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}_edge\").IPAddress}}}}",
+            self.project
+        );
+        let ip =
+            run(Command::new("docker").args(["inspect", "-f", &format, &self.container(node)]))?;
+        Ok(format!("{ip}:7001"))
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = self.cmd().args(["down", "-v", "--remove-orphans"]).output();
+    }
+}
+
+async fn view(http: &reqwest::Client, addr: &str, platform: &str) -> Option<Value> {
+    let r = http
+        .get(format!("http://{addr}/admin/v1/cluster"))
+        .bearer_auth(platform)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    r.json().await.ok()
+}
+
+#[tokio::test]
+async fn compose_cluster_survives_leader_isolation() -> Result<()> {
+    if let Some(why) = docker_unavailable() {
+        println!("SKIPPED compose_cluster_survives_leader_isolation: {why}");
+        return Ok(());
+    }
+    let tag = format!("raftlock:test-{}", std::process::id());
+    run(
+        Command::new(repo_root().join("deploy/docker/build-image.sh"))
+            .arg(binary())
+            .arg(&tag),
+    )?;
+    let platform = format!("platform-{}", uuid::Uuid::new_v4());
+    let compose = Compose {
+        project: format!("rltest{}", std::process::id()),
+        env: vec![
+            ("RAFTLOCK_IMAGE".into(), tag.clone()),
+            ("RAFTLOCK_PLATFORM_TOKEN".into(), platform.clone()),
+            (
+                "RAFTLOCK_CLUSTER_SECRET".into(),
+                format!("secret-{}", uuid::Uuid::new_v4()),
+            ),
+        ],
+    };
+    run(compose.cmd().args(["up", "-d"]))?;
+    let addrs: Vec<String> = (1..=3)
+        .map(|n| compose.edge_addr(n))
+        .collect::<Result<_>>()?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+
+    let leader = eventually(
+        Duration::from_secs(60),
+        "a leader in the containers",
+        || async { view(&http, &addrs[0], &platform).await?["leader"].as_u64() },
+    )
+    .await?;
+    let admin = |path: &str| format!("http://{}{path}", addrs[0]);
+    let r = http
+        .post(admin("/admin/v1/projects"))
+        .bearer_auth(&platform)
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201);
+    let key: Value = http
+        .post(admin("/admin/v1/projects/acme/keys"))
+        .bearer_auth(&platform)
+        .json(&json!({ "kind": "service_role" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let locks = Locks {
+        http: http.clone(),
+        base: format!("http://{}", addrs[0]),
+        key: key["secret"].as_str().unwrap().into(),
+    };
+
+    // Load: a batch of held locks through every node.
+    let mut held = Vec::new();
+    for i in 0..30 {
+        let node_locks = Locks {
+            base: format!("http://{}", addrs[i % 3]),
+            ..locks.clone()
+        };
+        let t = token();
+        let a = node_locks.acquire(&format!("job-{i}"), &t, 300).await?;
+        assert_eq!(a.status, 200, "{a:?}");
+        held.push((format!("job-{i}"), t, a.fencing()));
+    }
+
+    // Cut the leader off its peers (clients still reach it over `edge`).
+    let isolated = leader;
+    run(Command::new("docker").args([
+        "network",
+        "disconnect",
+        &compose.cluster_network(),
+        &compose.container(isolated),
+    ]))?;
+    let survivor = (1..=3u64).find(|n| *n != isolated).unwrap();
+    let survivor_locks = Locks {
+        base: format!("http://{}", addrs[survivor as usize - 1]),
+        ..locks.clone()
+    };
+    let new_leader = eventually(
+        Duration::from_secs(15),
+        "failover to a connected node",
+        || async {
+            let l =
+                view(&http, &addrs[survivor as usize - 1], &platform).await?["leader"].as_u64()?;
+            (l != isolated).then_some(l)
+        },
+    )
+    .await?;
+    println!("leader {isolated} isolated; new leader {new_leader}");
+    for (name, _, fencing) in &held {
+        let r = survivor_locks.read(name).await?;
+        assert_eq!(
+            (r.status, r.body["fencing_token"].as_u64()),
+            (200, Some(*fencing)),
+            "{name}"
+        );
+    }
+    let isolated_locks = Locks {
+        base: format!("http://{}", addrs[isolated as usize - 1]),
+        ..locks.clone()
+    };
+    let started = std::time::Instant::now();
+    let r = isolated_locks.read("job-0").await?;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "lock_service_unavailable"),
+        "isolated node fails closed"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let extra = survivor_locks
+        .acquire("after-failover", &token(), 300)
+        .await?;
+    assert_eq!(extra.status, 200);
+
+    // Heal and check the isolated node catches up and serves the new write.
+    run(Command::new("docker").args([
+        "network",
+        "connect",
+        "--alias",
+        &format!("node{isolated}.cluster"),
+        &compose.cluster_network(),
+        &compose.container(isolated),
+    ]))?;
+    let caught_up = eventually(
+        Duration::from_secs(30),
+        "the isolated node to catch up",
+        || async {
+            let r = isolated_locks.read("after-failover").await.ok()?;
+            (r.status == 200 && r.body["held"] == true).then_some(r)
+        },
+    )
+    .await?;
+    assert_eq!(
+        caught_up.body["fencing_token"].as_u64(),
+        Some(extra.fencing())
+    );
+    let _ = run(Command::new("docker").args(["rmi", "-f", &tag]));
+    Ok(())
+}
