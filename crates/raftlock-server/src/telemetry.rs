@@ -66,6 +66,8 @@ pub fn refresh_gauges(node: &Node) {
         },
     );
     metrics::gauge!("raftlock_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
+    metrics::gauge!("raftlock_raft_commit_index")
+        .set(crate::http::admin::node_commit_index(node).unwrap_or(0) as f64);
     metrics::gauge!("raftlock_raft_applied_index")
         .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
     let (locks, namespaces, leases, held) = node.read_local(|sm, _| {
@@ -76,4 +78,6 @@ pub fn refresh_gauges(node: &Node) {
     metrics::gauge!("raftlock_namespaces").set(namespaces as f64);
     metrics::gauge!("raftlock_lock_leases").set(leases as f64);
     metrics::gauge!("raftlock_hierarchical_locks_held").set(held as f64);
+    let queued = node.read_local(|sm, _| sm.hierarchy().waiter_count());
+    metrics::gauge!("raftlock_queued_waiters").set(queued as f64);
 }

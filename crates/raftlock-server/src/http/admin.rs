@@ -50,7 +50,9 @@ pub fn leader_routes() -> Router<SharedNode> {
 
 /// Routes answered by whichever node receives them.
 pub fn local_routes() -> Router<SharedNode> {
-    Router::new().route("/admin/v1/cluster", get(cluster))
+    Router::new()
+        .route("/admin/v1/cluster", get(cluster))
+        .route("/admin/v1/cluster/status", get(cluster_status))
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
@@ -337,7 +339,51 @@ pub fn cluster_view(node: &Node) -> Value {
     })
 }
 
-fn node_commit_index(node: &Node) -> Option<u64> {
+/// Every member's own view and health, gathered by this node (members that do not answer
+/// within a second are reported unreachable).
+async fn cluster_status(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let local = cluster_view(&node);
+    let members: Vec<(u64, String)> = node
+        .raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, n)| (*id, n.addr.clone()))
+        .collect();
+    let probes = members.into_iter().map(|(id, addr)| {
+        let node = node.clone();
+        let token = node.config.platform_token.clone();
+        async move {
+            let client = &node.forward_client;
+            let timeout = std::time::Duration::from_secs(1);
+            let view = client
+                .get(format!("http://{addr}/admin/v1/cluster"))
+                .bearer_auth(&token)
+                .timeout(timeout)
+                .send()
+                .await;
+            let view = match view {
+                Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                _ => None,
+            };
+            let ready = client.get(format!("http://{addr}/readyz")).timeout(timeout).send().await;
+            let ready = ready.map(|r| r.status().is_success()).unwrap_or(false);
+            json!({ "id": id, "addr": addr, "reachable": view.is_some(), "ready": ready, "view": view })
+        }
+    });
+    let nodes = futures::future::join_all(probes).await;
+    Ok(Json(json!({ "leader": local["leader"], "term": local["term"], "members": local["members"], "nodes": nodes }))
+        .into_response())
+}
+
+/// The quorum-acknowledged log index as seen by this node (the applied index off the leader).
+pub fn node_commit_index(node: &Node) -> Option<u64> {
     // openraft 0.9 does not expose the commit index in metrics; the applied index trails it
     // by at most the entries being applied right now, and the leader's replication metrics
     // give the quorum-acknowledged index.
