@@ -28,8 +28,20 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8], d: Dialect) -> Result<T, ApiError
     } else {
         bytes
     };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))
+    // The path of the offending field makes the message name it (`lock_name: invalid type…`).
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = match path.as_str() {
+            "." | "" => format!("invalid JSON body: {inner}"),
+            field => format!("invalid JSON body: {field}: {inner}"),
+        };
+        ApiError::bad_request(d, message)
+    })?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))?;
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -55,6 +67,7 @@ mod tests {
             b"{",
             b"",
             br#"{"ttl_seconds":1.5}"#,
+            br#"{"ttl_seconds":10} trailing"#,
         ] {
             let e = json::<Ttl>(bad, Dialect::Locks).unwrap_err();
             assert_eq!(
@@ -62,6 +75,13 @@ mod tests {
                 (StatusCode::BAD_REQUEST, "invalid_request")
             );
         }
+    }
+
+    #[test]
+    fn messages_name_the_offending_field() {
+        let e = json::<Ttl>(br#"{"ttl_seconds":"x"}"#, Dialect::Rpc).unwrap_err();
+        assert!(e.message.contains("ttl_seconds"), "{}", e.message);
+        assert_eq!(e.code, "invalid_argument");
     }
 
     #[tokio::test]
