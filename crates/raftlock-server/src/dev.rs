@@ -64,7 +64,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .arg("--data-dir")
             .arg(&dir)
             .args(["--cluster-secret", &secret, "--platform-token", &platform])
-            .env("RAFTLOCK_LOG", "warn")
+            .env("RAFTLOCK_LOG", "warn,openraft=error")
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
