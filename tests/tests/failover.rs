@@ -127,3 +127,70 @@ async fn a_full_restart_keeps_locks_and_fencing_order() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() -> anyhow::Result<()> {
+    // Snapshot (and compact the log) every 20 entries so the wiped node must install one.
+    let mut cluster = Cluster::start_with(3, &["--snapshot-logs", "20"]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    let mut held = Vec::new();
+    for i in 0..60 {
+        let a = locks.acquire(&format!("k{i}"), &token(), 300).await?;
+        assert_eq!(a.status, 200);
+        held.push(a.fencing());
+    }
+    let lost = cluster.other_than(&[leader]);
+    cluster.kill(lost);
+    cluster.wipe(lost)?;
+    // More writes while it is away, so the log it must catch up on is compacted.
+    for i in 60..100 {
+        assert_eq!(
+            locks.acquire(&format!("k{i}"), &token(), 300).await?.status,
+            200
+        );
+    }
+    // A node that lost its disk restarts with --join: it never initializes a new cluster.
+    cluster.restart_with(lost, &["--join"])?;
+    // Once caught up, the rejoined node serves (forwarding) and its own applied index
+    // reaches the leader's.
+    let target = cluster.view(leader).await.expect("leader view")["applied_index"]
+        .as_u64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the wiped node to catch up",
+        || async {
+            let applied = cluster.view(lost).await?["applied_index"].as_u64()?;
+            (applied >= target).then_some(())
+        },
+    )
+    .await?;
+    // Then lose one of the nodes that kept their disks: the survivors' quorum includes the
+    // rejoined node, so the data must really be on it again.
+    let r = locks.on(&cluster, lost).read("k0").await?;
+    assert_eq!(r.body["fencing_token"].as_u64(), Some(held[0]));
+    let remaining = cluster.other_than(&[lost]);
+    let third = cluster
+        .ids()
+        .into_iter()
+        .find(|i| *i != lost && *i != remaining)
+        .unwrap();
+    cluster.kill(third);
+    let r = eventually(
+        Duration::from_secs(10),
+        "a read served by the survivors",
+        || async {
+            let r = locks.on(&cluster, lost).read("k59").await.ok()?;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await?;
+    assert_eq!(
+        r.body["fencing_token"].as_u64(),
+        Some(held[59]),
+        "data came back with the snapshot"
+    );
+    Ok(())
+}

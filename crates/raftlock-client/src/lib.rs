@@ -1,1 +1,70 @@
-//! raftlock-client
+//! # raftlock-client
+//!
+//! The Rust SDK for raftlock: typed calls for the project-locks API (`SPEC.md` §4), the
+//! hierarchical-locks RPCs (§5) and the admin API (§6), endpoint failover, and helpers that
+//! hold locks for you — renewing in the background and cancelling your work the moment the
+//! lock can no longer be trusted.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use raftlock_client::{Client, WithLock};
+//!
+//! # async fn demo() -> raftlock_client::Result<()> {
+//! let client = Client::new(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"], "rlk_…")?;
+//! match client
+//!     .with_lock("nightly-report", Duration::from_secs(30), |guard| async move {
+//!         // Pass guard.fencing_token() to whatever the lock protects, and stop when
+//!         // guard.cancelled() resolves.
+//!         guard.fencing_token()
+//!     })
+//!     .await?
+//! {
+//!     WithLock::Completed(token) => println!("done under fencing token {token}"),
+//!     WithLock::NotAcquired(why) => println!("someone else has it: {why:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## Layout
+//! - [`transport`]: [`Client`] and its builder; the single send path with endpoint failover,
+//!   request ids and the retry policy (an uncertain acquire is retried once with the same
+//!   lock token and request id).
+//! - [`error`]: [`Error`] and [`ApiError`] — HTTP status, stable `code`, message,
+//!   `Retry-After`, request id.
+//! - [`locks`]: §4 calls (`acquire`, `renew`, `release`, `get`, `force_release`); contention
+//!   comes back as [`Acquire`] / [`Renew`] / [`Release`] variants, not errors.
+//! - [`guard`]: [`Client::hold`] and [`Client::with_lock`] — background renewal at ~TTL/3
+//!   with jitter, a [`LockGuard`] with the fencing token and a `CancellationToken`, release on
+//!   return, panic or drop.
+//! - [`hierarchy`]: §5 calls (namespaces, leases, locks) and their message types.
+//! - [`keeper`]: [`LeaseKeeper`] (a §5 lease refreshed in the background) and
+//!   [`HierLockGuard`] (one hierarchical lock under it).
+//! - [`election`]: [`Election`] — campaign, resign, observe the current leader's term.
+//! - [`admin`]: projects, keys, membership, the cluster view and per-node health.
+//! - `rfc3339`: serde helpers for §4 `expires_at`.
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod election;
+pub mod error;
+pub mod guard;
+pub mod hierarchy;
+pub mod keeper;
+pub mod locks;
+mod rfc3339;
+pub mod transport;
+
+pub use admin::{ClusterStatus, ClusterView, KeyKind, NewKey, Project, ProjectUpdate};
+pub use election::{Election, Leadership, Term};
+pub use error::{ApiError, Error, Result};
+pub use guard::{Contention, HeldLock, Hold, LockGuard, LockOptions, LossReason, WithLock};
+pub use hierarchy::{
+    AcquireLockRequest, AcquireLockResponse, AcquireOutcome, ContentionReason, Lock, LockLease,
+    LockState, Namespace, Page, PageRequest, UpdateNamespaceRequest,
+};
+pub use keeper::{HierAcquire, HierLockGuard, LeaseKeeper, LeaseLoss};
+pub use locks::{Acquire, Lease, LockStatus, LockToken, Release, Renew};
+pub use rfc3339::{format as format_rfc3339, parse as parse_rfc3339};
+pub use tokio_util::sync::CancellationToken;
+pub use transport::{Client, ClientBuilder};

@@ -10,7 +10,10 @@
 //!   error dialects, body limits and forwarding to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
 //! - [`dev`]: `raftlock dev`, a local multi-node cluster in one command.
+//! - [`cli`]: the client commands of the binary (`lock`, `ns`, `lease`, `hlock`, `admin`,
+//!   `cluster`), built on `raftlock-client`.
 
+pub mod cli;
 pub mod config;
 pub mod dev;
 pub mod http;

@@ -1,4 +1,5 @@
-//! The `raftlock` binary: `serve` runs one node, `dev` a local cluster.
+//! The `raftlock` binary: `serve` runs one node, `dev` a local cluster; the other
+//! subcommands are the command-line client (`raftlock_server::cli`).
 
 use clap::{Parser, Subcommand};
 use raftlock_server::config::ServeArgs;
@@ -14,9 +15,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one node.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Start a local development cluster and print how to use it.
     Dev(DevArgs),
+    #[command(flatten)]
+    Client(raftlock_server::cli::ClientCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -26,13 +29,20 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Serve(args) => {
-            let config = args.resolve()?;
+            let config = (*args).resolve()?;
             raftlock_server::telemetry::init_logs(&config.log_format, &config.log);
             runtime.block_on(raftlock_server::serve(config))
         }
         Command::Dev(args) => {
             raftlock_server::telemetry::init_logs("text", "info");
             runtime.block_on(raftlock_server::dev::run(args))
+        }
+        Command::Client(cmd) => {
+            let filter = std::env::var("RAFTLOCK_CLI_LOG").unwrap_or_else(|_| "off".into());
+            raftlock_server::telemetry::init_logs("text", &filter);
+            let code = runtime.block_on(raftlock_server::cli::run(cmd));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            std::process::exit(code)
         }
     }
 }

@@ -23,8 +23,6 @@ pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
 pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
-/// Longest blocking acquire plus slack.
-const LONG_CALL: Duration = Duration::from_secs(300 + 5);
 
 /// Hop-by-hop headers that must not be copied onto the forwarded request or the reply.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -83,7 +81,7 @@ struct Outgoing {
     path: String,
     headers: axum::http::HeaderMap,
     body: Bytes,
-    /// Long enough for the longest blocking acquire.
+    /// Transport timeout: the commit bound, plus the wait a blocking acquire asked for.
     timeout: Duration,
 }
 
@@ -97,6 +95,15 @@ async fn forward(
     let (parts, body) = req.into_parts();
     let body = body::read(body, d).await?;
     let blocking = parts.uri.path().ends_with("/AcquireLock");
+    // The transport timeout is bounded by what this call may wait (found by the chaos
+    // suite: a forwarded AcquireLock to a leader that accepts connections but never
+    // answers — paused, or behind a blackholed link — hung for the 305 s maximum even with
+    // `timeout_seconds: 0`, instead of answering 503 within the commit bound).
+    let may_wait = if blocking {
+        Duration::from_secs(blocking_timeout(&body))
+    } else {
+        Duration::ZERO
+    };
     let out = Outgoing {
         method: parts.method,
         path: parts
@@ -107,11 +114,7 @@ async fn forward(
             .to_string(),
         headers: parts.headers,
         body,
-        timeout: if blocking {
-            LONG_CALL + node.config.commit_timeout
-        } else {
-            2 * node.config.commit_timeout + Duration::from_millis(500)
-        },
+        timeout: may_wait + 2 * node.config.commit_timeout + Duration::from_millis(500),
     };
     let wait_secs = if blocking && hops == 1 {
         blocking_timeout(&out.body)
@@ -217,6 +220,19 @@ async fn send(
         .bytes()
         .await
         .map_err(|e| ApiError::unavailable(d, format!("leader reply lost: {e}")))?;
+    // A gateway error that is not one of ours came from something on the link (a proxy or
+    // sidecar between the nodes), not from the leader: answer in the API's error format.
+    if matches!(status.as_u16(), 502..=504)
+        && serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("code").cloned())
+            .is_none()
+    {
+        return Err(ApiError::unavailable(
+            d,
+            format!("leader link answered {status}"),
+        ));
+    }
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
     for (name, value) in headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {

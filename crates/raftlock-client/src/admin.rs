@@ -1,0 +1,298 @@
+//! Admin API (platform token): projects, keys, membership, and the cluster view with each
+//! node's health — what `raftlock admin` and `raftlock cluster status` use.
+
+use std::collections::BTreeSet;
+
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::Result;
+use crate::locks::encode;
+use crate::transport::{Call, Client, Retry};
+
+/// Kind of a project key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyKind {
+    /// Full access to the project's locks.
+    ServiceRole,
+    /// Access according to its scopes (`locks.manage` for locks).
+    Scoped,
+    /// Public key; refused by lock endpoints.
+    Anon,
+}
+
+/// A key as the admin API lists it (never with its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyInfo {
+    /// Owning project.
+    #[serde(default)]
+    pub project: String,
+    /// Key id (16 hex characters).
+    pub key_id: String,
+    /// Kind.
+    pub kind: KeyKind,
+    /// Scopes of a scoped key.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Revoked keys stop working cluster-wide.
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+/// A project (tenant).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Project {
+    /// Name.
+    pub name: String,
+    /// Creation time, ns since the epoch.
+    #[serde(default)]
+    pub created_at: i64,
+    /// §4 rate limit per fixed minute.
+    #[serde(default)]
+    pub lock_ops_per_minute: u32,
+    /// §5 rate limit per fixed minute (0 = off).
+    #[serde(default)]
+    pub hier_ops_per_minute: u32,
+    /// Its keys.
+    #[serde(default)]
+    pub keys: Vec<KeyInfo>,
+}
+
+/// A new key: the only time its secret is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewKey {
+    /// Key id, for revocation.
+    pub key_id: String,
+    /// The bearer secret.
+    pub secret: String,
+    /// Kind.
+    pub kind: KeyKind,
+    /// Scopes.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// Changes to a project's settings (`None` keeps the current value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectUpdate {
+    /// §4 requests per minute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_ops_per_minute: Option<u32>,
+    /// §5 requests per minute (0 = off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hier_ops_per_minute: Option<u32>,
+}
+
+/// One cluster member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Node id.
+    pub id: u64,
+    /// Address (`host:port`).
+    pub addr: String,
+    /// Voter, or learner.
+    pub voter: bool,
+}
+
+/// One node's view of the cluster (`GET /admin/v1/cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// The answering node.
+    pub node_id: u64,
+    /// The leader it knows, if any.
+    pub leader: Option<u64>,
+    /// Raft term.
+    pub term: u64,
+    /// Commit index.
+    pub commit_index: u64,
+    /// Applied index.
+    pub applied_index: u64,
+    /// Last log index.
+    #[serde(default)]
+    pub last_log_index: u64,
+    /// Raft role (`Leader`, `Follower`, `Candidate`, `Learner`).
+    #[serde(default)]
+    pub state: String,
+    /// Members.
+    pub members: Vec<Member>,
+}
+
+/// One member as seen by `cluster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The member.
+    pub member: Member,
+    /// `GET /healthz` answered 200.
+    pub healthy: bool,
+    /// `GET /readyz` answered 200.
+    pub ready: bool,
+    /// `/readyz` text, or why the node could not be reached.
+    pub detail: String,
+    /// The node's own view, when it answered.
+    pub view: Option<ClusterView>,
+}
+
+/// Members, leader, term, indexes and each node's health.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The leader most nodes agree on (from the first answering node).
+    pub leader: Option<u64>,
+    /// The highest term seen.
+    pub term: u64,
+    /// Every member.
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl Client {
+    /// `POST /admin/v1/projects`.
+    pub async fn create_project(&self, name: &str) -> Result<Project> {
+        let call = Call::new(Method::POST, "/admin/v1/projects")
+            .json(json!({ "name": name }))
+            .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+
+    /// `GET /admin/v1/projects`.
+    pub async fn list_projects(&self) -> Result<Vec<Project>> {
+        #[derive(Deserialize)]
+        struct L {
+            projects: Vec<Project>,
+        }
+        let l: L = self
+            .send(Call::new(Method::GET, "/admin/v1/projects"))
+            .await?
+            .decode()?;
+        Ok(l.projects)
+    }
+
+    /// `GET /admin/v1/projects/{name}`.
+    pub async fn get_project(&self, name: &str) -> Result<Project> {
+        let call = Call::new(Method::GET, format!("/admin/v1/projects/{}", encode(name)));
+        self.send(call).await?.decode()
+    }
+
+    /// `PATCH /admin/v1/projects/{name}`.
+    pub async fn update_project(&self, name: &str, update: ProjectUpdate) -> Result<Project> {
+        let call = Call::new(
+            Method::PATCH,
+            format!("/admin/v1/projects/{}", encode(name)),
+        )
+        .json(serde_json::to_value(update).expect("serializable"));
+        self.send(call).await?.decode()
+    }
+
+    /// `POST /admin/v1/projects/{name}/keys`.
+    pub async fn create_key(
+        &self,
+        project: &str,
+        kind: KeyKind,
+        scopes: &[String],
+    ) -> Result<NewKey> {
+        let call = Call::new(
+            Method::POST,
+            format!("/admin/v1/projects/{}/keys", encode(project)),
+        )
+        .json(json!({ "kind": kind, "scopes": scopes }))
+        .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+
+    /// `DELETE /admin/v1/projects/{name}/keys/{key_id}`.
+    pub async fn revoke_key(&self, project: &str, key_id: &str) -> Result<()> {
+        let call = Call::new(
+            Method::DELETE,
+            format!(
+                "/admin/v1/projects/{}/keys/{}",
+                encode(project),
+                encode(key_id)
+            ),
+        );
+        self.send(call).await.map(|_| ())
+    }
+
+    /// The cluster view of the first node that answers.
+    pub async fn cluster_view(&self) -> Result<ClusterView> {
+        self.send(Call::new(Method::GET, "/admin/v1/cluster"))
+            .await?
+            .decode()
+    }
+
+    /// The cluster view of one node (`endpoint` as `host:port` or URL).
+    pub async fn node_view(&self, endpoint: &str) -> Result<ClusterView> {
+        let endpoint = self.url_of(endpoint);
+        self.send_to(&endpoint, Call::new(Method::GET, "/admin/v1/cluster"))
+            .await?
+            .decode()
+    }
+
+    fn url_of(&self, addr: &str) -> String {
+        if addr.contains("://") {
+            return addr.trim_end_matches('/').to_string();
+        }
+        let scheme = self
+            .endpoints()
+            .first()
+            .and_then(|e| e.split_once("://"))
+            .map(|(s, _)| s)
+            .unwrap_or("http");
+        format!("{scheme}://{addr}")
+    }
+
+    /// Members, leader, term, indexes, and each member's `/healthz`, `/readyz` and view.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus> {
+        let first = self.cluster_view().await?;
+        let probes = first.members.iter().map(|m| async move {
+            let url = self.url_of(&m.addr);
+            let healthy = matches!(self.probe(&url, "/healthz").await, Ok((200, _)));
+            let (ready, detail) = match self.probe(&url, "/readyz").await {
+                Ok((status, text)) => (status == 200, text),
+                Err(e) => (false, format!("unreachable: {e}")),
+            };
+            let view = self.node_view(&url).await.ok();
+            NodeStatus {
+                member: m.clone(),
+                healthy,
+                ready,
+                detail,
+                view,
+            }
+        });
+        let nodes = futures::future::join_all(probes).await;
+        let term = nodes
+            .iter()
+            .filter_map(|n| n.view.as_ref().map(|v| v.term))
+            .chain([first.term])
+            .max()
+            .unwrap_or(first.term);
+        Ok(ClusterStatus {
+            leader: first.leader,
+            term,
+            nodes,
+        })
+    }
+
+    /// `POST /admin/v1/cluster/learners`: adds a learner and waits for it to catch up.
+    pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<ClusterView> {
+        let call = Call::new(Method::POST, "/admin/v1/cluster/learners")
+            .json(json!({ "node_id": node_id, "addr": addr }))
+            .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+
+    /// `PUT /admin/v1/cluster/voters`: replaces the voter set.
+    pub async fn change_voters(&self, voters: &BTreeSet<u64>) -> Result<ClusterView> {
+        let call = Call::new(Method::PUT, "/admin/v1/cluster/voters")
+            .json(json!({ "voters": voters }))
+            .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+
+    /// `DELETE /admin/v1/cluster/nodes/{id}`: removes a node from the cluster.
+    pub async fn remove_node(&self, node_id: u64) -> Result<ClusterView> {
+        let call = Call::new(Method::DELETE, format!("/admin/v1/cluster/nodes/{node_id}"))
+            .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+}

@@ -1,0 +1,425 @@
+//! §5 hierarchical locks: typed calls for every `POST /v1beta/{Method}`.
+//!
+//! Timestamps are int64 nanoseconds since the Unix epoch, durations whole seconds, as on the
+//! wire. A non-acquired `AcquireLock` is a normal answer ([`AcquireOutcome::Unavailable`],
+//! [`AcquireOutcome::TimedOut`]), not an error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::transport::{Call, Client, Retry};
+
+/// Nanoseconds since the Unix epoch.
+pub type Nanos = i64;
+/// Free-form string metadata.
+pub type Metadata = BTreeMap<String, String>;
+
+/// A namespace: the container of leases and locks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespace {
+    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
+    pub name: String,
+    /// Up to 1024 bytes.
+    #[serde(default)]
+    pub description: String,
+    /// Up to 32 entries.
+    #[serde(default)]
+    pub metadata: Metadata,
+    /// Bumped by every update; pass it as `expected_version` for a conditional update.
+    #[serde(default)]
+    pub version: u64,
+    /// Creation time.
+    #[serde(default)]
+    pub created_at: Nanos,
+    /// Last update time.
+    #[serde(default)]
+    pub updated_at: Nanos,
+}
+
+/// A server-side lease that holds hierarchical locks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockLease {
+    /// `ls_` + 28 base62 characters.
+    pub lease_id: String,
+    /// The owner's self-chosen process id.
+    pub process_id: String,
+    /// Creation time.
+    pub created_at: Nanos,
+    /// Expiry; refreshes move it to now + TTL.
+    pub expires_at: Nanos,
+}
+
+/// State of a hierarchical lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockState {
+    /// No holder.
+    #[serde(rename = "LOCK_STATE_UNLOCKED")]
+    Unlocked,
+    /// One or more shared holders.
+    #[serde(rename = "LOCK_STATE_SHARED_LOCKED")]
+    SharedLocked,
+    /// One exclusive holder.
+    #[serde(rename = "LOCK_STATE_EXCLUSIVE_LOCKED")]
+    ExclusiveLocked,
+}
+
+/// One holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolder {
+    /// The holding lease.
+    pub lease_id: String,
+    /// When this holder acquired (or last re-acquired).
+    pub locked_at: Nanos,
+    /// The metadata given at acquire.
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// A hierarchical lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    /// Path, `/`-separated.
+    pub name: String,
+    /// Current state.
+    pub state: LockState,
+    /// When it was first locked by its current holders (0 when unlocked).
+    pub locked_at: Nanos,
+    /// Last acquire or release.
+    pub last_activity_at: Nanos,
+    /// Current holders.
+    #[serde(default)]
+    pub lock_holders: Vec<LockHolder>,
+}
+
+/// How an acquire ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcquireOutcome {
+    /// The lease holds the lock.
+    #[serde(rename = "ACQUIRE_OUTCOME_ACQUIRED")]
+    Acquired,
+    /// `timeout_seconds` was 0 and the lock is incompatible.
+    #[serde(rename = "ACQUIRE_OUTCOME_UNAVAILABLE")]
+    Unavailable,
+    /// The call waited `timeout_seconds` without acquiring.
+    #[serde(rename = "ACQUIRE_OUTCOME_TIMED_OUT")]
+    TimedOut,
+}
+
+/// What blocked an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContentionReason {
+    /// Not blocked.
+    #[serde(rename = "CONTENTION_REASON_UNSPECIFIED")]
+    Unspecified,
+    /// A holder of the same path.
+    #[serde(rename = "CONTENTION_REASON_PEER")]
+    Peer,
+    /// A holder of an ancestor path.
+    #[serde(rename = "CONTENTION_REASON_ANCESTOR")]
+    Ancestor,
+    /// A holder of a descendant path.
+    #[serde(rename = "CONTENTION_REASON_DESCENDANT")]
+    Descendant,
+}
+
+/// Answer of `AcquireLock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireLockResponse {
+    /// The lock as it is now.
+    pub lock: Lock,
+    /// Acquired, unavailable or timed out.
+    pub outcome: AcquireOutcome,
+    /// What blocked it (`Unspecified` on success).
+    pub reason: ContentionReason,
+    /// Blocking ancestor or descendant locks (empty for `Peer`), at most 50.
+    #[serde(default)]
+    pub blocking_locks: Vec<Lock>,
+}
+
+impl AcquireLockResponse {
+    /// True when the lease now holds the lock.
+    pub fn acquired(&self) -> bool {
+        self.outcome == AcquireOutcome::Acquired
+    }
+}
+
+/// The arguments of `AcquireLock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireLockRequest {
+    /// Namespace.
+    pub namespace_name: String,
+    /// Lock path.
+    pub lock_name: String,
+    /// Exclusive (true) or shared (false).
+    pub exclusive: bool,
+    /// The holding lease.
+    pub lease_id: String,
+    /// Seconds to wait on the server (0–300; 0 = answer at once).
+    pub timeout_seconds: u64,
+    /// Holder metadata.
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// The arguments of `UpdateNamespace` (a full replacement of description and metadata).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateNamespaceRequest {
+    /// Namespace to update.
+    pub namespace_name: String,
+    /// New description.
+    pub description: String,
+    /// New metadata.
+    pub metadata: Metadata,
+    /// Only update if the current version is this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<u64>,
+}
+
+/// Paging of a list call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageRequest {
+    /// 1–100; 0 means 100.
+    pub limit: u32,
+    /// Opaque token from a previous page; empty for the first page.
+    pub pagination_token: String,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}
+
+fn page<T: DeserializeOwned>(mut v: Value, field: &str) -> Result<Page<T>, serde_json::Error> {
+    let items = serde_json::from_value(v.get_mut(field).map(Value::take).unwrap_or(json!([])))?;
+    let token = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+    Ok(Page {
+        items,
+        next_pagination_token: token(&v, "next_pagination_token"),
+        previous_pagination_token: token(&v, "previous_pagination_token"),
+    })
+}
+
+impl Client {
+    async fn rpc(&self, method: &str, body: Value, retry: Retry, wait: Duration) -> Result<Value> {
+        let call = Call::new(Method::POST, format!("/v1beta/{method}"))
+            .json(body)
+            .retry(retry)
+            .extra_timeout(wait);
+        self.send(call).await?.decode()
+    }
+
+    async fn rpc_field<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        body: Value,
+        retry: Retry,
+        field: &str,
+    ) -> Result<T> {
+        let mut v = self.rpc(method, body, retry, Duration::ZERO).await?;
+        let inner = v.get_mut(field).map(Value::take).unwrap_or(Value::Null);
+        serde_json::from_value(inner).map_err(|e| self.protocol(method, e))
+    }
+
+    async fn rpc_page<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        body: Value,
+        field: &str,
+    ) -> Result<Page<T>> {
+        let v = self
+            .rpc(method, body, Retry::Idempotent, Duration::ZERO)
+            .await?;
+        page(v, field).map_err(|e| self.protocol(method, e))
+    }
+
+    fn protocol(&self, method: &str, e: serde_json::Error) -> crate::Error {
+        crate::Error::Protocol {
+            endpoint: self.endpoints().join(","),
+            message: format!("{method}: {e}"),
+        }
+    }
+
+    /// `CreateNamespace` (`already_exists` on a duplicate).
+    pub async fn create_namespace(
+        &self,
+        name: &str,
+        description: &str,
+        metadata: Metadata,
+    ) -> Result<Namespace> {
+        let body = json!({ "name": name, "description": description, "metadata": metadata });
+        self.rpc_field("CreateNamespace", body, Retry::Once, "namespace")
+            .await
+    }
+
+    /// `GetNamespace`.
+    pub async fn get_namespace(&self, name: &str) -> Result<Namespace> {
+        let body = json!({ "name": name });
+        self.rpc_field("GetNamespace", body, Retry::Idempotent, "namespace")
+            .await
+    }
+
+    /// `UpdateNamespace` (mismatching `expected_version` → `invalid_argument`).
+    pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
+        let body = serde_json::to_value(req).expect("serializable");
+        self.rpc_field("UpdateNamespace", body, Retry::Once, "namespace")
+            .await
+    }
+
+    /// `DeleteNamespace`: removes it and everything inside (absent → `Ok`).
+    pub async fn delete_namespace(&self, name: &str) -> Result<()> {
+        let body = json!({ "name": name });
+        self.rpc("DeleteNamespace", body, Retry::Idempotent, Duration::ZERO)
+            .await
+            .map(|_| ())
+    }
+
+    /// `ListNamespaces`.
+    pub async fn list_namespaces(&self, page: &PageRequest) -> Result<Page<Namespace>> {
+        let body = serde_json::to_value(page).expect("serializable");
+        self.rpc_page("ListNamespaces", body, "namespaces").await
+    }
+
+    /// `CreateLockLease`: a new lease for `ttl` (1–300 s).
+    pub async fn create_lease(
+        &self,
+        namespace: &str,
+        process_id: &str,
+        ttl: Duration,
+    ) -> Result<LockLease> {
+        let body = json!({ "namespace_name": namespace, "process_id": process_id, "ttl_seconds": ttl.as_secs() });
+        self.rpc_field("CreateLockLease", body, Retry::Once, "lease")
+            .await
+    }
+
+    /// `RefreshLockLease`: expiry of the lease and its locks becomes now + `ttl`
+    /// (`not_found` when the lease expired — its locks are then released).
+    pub async fn refresh_lease(
+        &self,
+        namespace: &str,
+        lease_id: &str,
+        ttl: Duration,
+    ) -> Result<LockLease> {
+        let body = json!({ "namespace_name": namespace, "lease_id": lease_id, "ttl_seconds": ttl.as_secs() });
+        self.rpc_field("RefreshLockLease", body, Retry::Idempotent, "lease")
+            .await
+    }
+
+    /// `RevokeLockLease`: releases everything the lease holds and deletes it.
+    pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
+        let body = json!({ "namespace_name": namespace, "lease_id": lease_id });
+        self.rpc("RevokeLockLease", body, Retry::Once, Duration::ZERO)
+            .await
+            .map(|_| ())
+    }
+
+    /// `GetLockLease` (`not_found` when absent or expired).
+    pub async fn get_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
+        let body = json!({ "namespace_name": namespace, "lease_id": lease_id });
+        self.rpc_field("GetLockLease", body, Retry::Idempotent, "lease")
+            .await
+    }
+
+    /// `ListLockLeases`, optionally only those of one `process_id`.
+    pub async fn list_leases(
+        &self,
+        namespace: &str,
+        process_id: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<LockLease>> {
+        let body = json!({
+            "namespace_name": namespace,
+            "process_id": process_id.unwrap_or(""),
+            "limit": page.limit,
+            "pagination_token": page.pagination_token,
+        });
+        self.rpc_page("ListLockLeases", body, "leases").await
+    }
+
+    /// `AcquireLock`. Waits on the server up to `timeout_seconds`; contention is reported
+    /// in the answer's `outcome`, not as an error.
+    pub async fn acquire_lock(&self, req: &AcquireLockRequest) -> Result<AcquireLockResponse> {
+        let body = serde_json::to_value(req).expect("serializable");
+        let wait = Duration::from_secs(req.timeout_seconds);
+        let v = self.rpc("AcquireLock", body, Retry::Once, wait).await?;
+        serde_json::from_value(v).map_err(|e| self.protocol("AcquireLock", e))
+    }
+
+    /// `ReleaseLock` (releasing what the lease does not hold is a no-op).
+    pub async fn release_lock(
+        &self,
+        namespace: &str,
+        lock_name: &str,
+        lease_id: &str,
+    ) -> Result<Lock> {
+        let body =
+            json!({ "namespace_name": namespace, "lock_name": lock_name, "lease_id": lease_id });
+        self.rpc_field("ReleaseLock", body, Retry::Idempotent, "lock")
+            .await
+    }
+
+    /// `GetLock` (a never-acquired name is `Unlocked` with zero times).
+    pub async fn get_lock(&self, namespace: &str, lock_name: &str) -> Result<Lock> {
+        let body = json!({ "namespace_name": namespace, "lock_name": lock_name });
+        self.rpc_field("GetLock", body, Retry::Idempotent, "lock")
+            .await
+    }
+
+    /// `DeleteLock`: drops all holders (absent → `Ok`).
+    pub async fn delete_lock(&self, namespace: &str, lock_name: &str) -> Result<()> {
+        let body = json!({ "namespace_name": namespace, "lock_name": lock_name });
+        self.rpc("DeleteLock", body, Retry::Idempotent, Duration::ZERO)
+            .await
+            .map(|_| ())
+    }
+
+    /// `ListLocks` (held locks only).
+    pub async fn list_locks(&self, namespace: &str, page: &PageRequest) -> Result<Page<Lock>> {
+        let body = json!({
+            "namespace_name": namespace,
+            "limit": page.limit,
+            "pagination_token": page.pagination_token,
+        });
+        self.rpc_page("ListLocks", body, "locks").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_answers_decode() {
+        let v = json!({
+            "lock": {"name":"a/b","state":"LOCK_STATE_SHARED_LOCKED","locked_at":1,"last_activity_at":2,
+                     "lock_holders":[{"lease_id":"ls_x","locked_at":1,"metadata":{}}]},
+            "outcome":"ACQUIRE_OUTCOME_TIMED_OUT",
+            "reason":"CONTENTION_REASON_ANCESTOR",
+            "blocking_locks":[]
+        });
+        let r: AcquireLockResponse = serde_json::from_value(v).unwrap();
+        assert!(!r.acquired());
+        assert_eq!(r.reason, ContentionReason::Ancestor);
+        assert_eq!(r.lock.state, LockState::SharedLocked);
+    }
+
+    #[test]
+    fn pages_decode() {
+        let v = json!({"namespaces":[{"name":"n","description":"","metadata":{},"version":1,"created_at":5,"updated_at":5}],
+                       "next_pagination_token":"t","previous_pagination_token":""});
+        let p: Page<Namespace> = page(v, "namespaces").unwrap();
+        assert_eq!(p.items.len(), 1);
+        assert_eq!(p.next_pagination_token, "t");
+    }
+}

@@ -1,0 +1,270 @@
+//! `raftlock admin project|key …` and `raftlock cluster status` (platform token).
+
+use clap::{Args, Subcommand, ValueEnum};
+use raftlock_client::admin::Project;
+use raftlock_client::{KeyKind, ProjectUpdate};
+use serde_json::json;
+
+use super::{nanos, table, CmdResult, Conn, Failure};
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[command(subcommand)]
+    pub cmd: AdminCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCmd {
+    /// Projects (tenants).
+    #[command(subcommand)]
+    Project(ProjectCmd),
+    /// Project keys.
+    #[command(subcommand)]
+    Key(KeyCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCmd {
+    /// Create a project.
+    Create {
+        /// Project name.
+        name: String,
+    },
+    /// List projects.
+    List,
+    /// Show a project and its keys.
+    Get {
+        /// Project name.
+        name: String,
+    },
+    /// Change a project's rate limits.
+    Update {
+        /// Project name.
+        name: String,
+        /// §4 requests per minute.
+        #[arg(long)]
+        lock_ops_per_minute: Option<u32>,
+        /// §5 requests per minute (0 = off).
+        #[arg(long)]
+        hier_ops_per_minute: Option<u32>,
+    },
+}
+
+/// Key kinds on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Kind {
+    /// Full access to the project's locks.
+    ServiceRole,
+    /// Access by scopes (`locks.manage` for locks).
+    Scoped,
+    /// Public key, refused by lock endpoints.
+    Anon,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Create a key; its secret is printed once.
+    Create {
+        /// Project name.
+        project: String,
+        /// Key kind.
+        #[arg(long, value_enum, default_value = "service-role")]
+        kind: Kind,
+        /// Scope of a scoped key (repeatable), e.g. `locks.manage`.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
+    /// Revoke a key.
+    Revoke {
+        /// Project name.
+        project: String,
+        /// Key id.
+        key_id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[command(subcommand)]
+    pub cmd: ClusterCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Members, leader, term, indexes and each node's /healthz and /readyz.
+    Status,
+}
+
+fn show_project(p: &Project) -> String {
+    let mut s = format!(
+        "project {}\n  created at:          {}\n  lock ops per minute: {}\n  hier ops per minute: {}",
+        p.name,
+        nanos(p.created_at),
+        p.lock_ops_per_minute,
+        if p.hier_ops_per_minute == 0 {
+            "off".to_string()
+        } else {
+            p.hier_ops_per_minute.to_string()
+        }
+    );
+    for k in &p.keys {
+        s.push_str(&format!(
+            "\n  key {} {}{}{}",
+            k.key_id,
+            kind_name(k.kind),
+            if k.scopes.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", k.scopes.join(","))
+            },
+            if k.revoked { " (revoked)" } else { "" }
+        ));
+    }
+    s
+}
+
+fn kind_name(k: KeyKind) -> &'static str {
+    match k {
+        KeyKind::ServiceRole => "service_role",
+        KeyKind::Scoped => "scoped",
+        KeyKind::Anon => "anon",
+    }
+}
+
+pub async fn admin(args: AdminArgs) -> CmdResult {
+    let conn = args.conn;
+    let client = conn.admin()?;
+    match args.cmd {
+        AdminCmd::Project(ProjectCmd::Create { name }) => {
+            let p = client.create_project(&name).await?;
+            conn.emit(&p, || show_project(&p));
+        }
+        AdminCmd::Project(ProjectCmd::List) => {
+            let ps = client.list_projects().await?;
+            conn.emit(&ps, || {
+                let rows: Vec<Vec<String>> = ps
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.name.clone(),
+                            p.lock_ops_per_minute.to_string(),
+                            p.hier_ops_per_minute.to_string(),
+                            p.keys.iter().filter(|k| !k.revoked).count().to_string(),
+                            nanos(p.created_at),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &["PROJECT", "LOCK OPS/MIN", "HIER OPS/MIN", "KEYS", "CREATED"],
+                    &rows,
+                )
+            });
+        }
+        AdminCmd::Project(ProjectCmd::Get { name }) => {
+            let p = client.get_project(&name).await?;
+            conn.emit(&p, || show_project(&p));
+        }
+        AdminCmd::Project(ProjectCmd::Update {
+            name,
+            lock_ops_per_minute,
+            hier_ops_per_minute,
+        }) => {
+            if lock_ops_per_minute.is_none() && hier_ops_per_minute.is_none() {
+                return Err(Failure::error(
+                    "nothing to update: pass --lock-ops-per-minute and/or --hier-ops-per-minute",
+                ));
+            }
+            let update = ProjectUpdate {
+                lock_ops_per_minute,
+                hier_ops_per_minute,
+            };
+            let p = client.update_project(&name, update).await?;
+            conn.emit(&p, || show_project(&p));
+        }
+        AdminCmd::Key(KeyCmd::Create {
+            project,
+            kind,
+            scopes,
+        }) => {
+            let kind = match kind {
+                Kind::ServiceRole => KeyKind::ServiceRole,
+                Kind::Scoped => KeyKind::Scoped,
+                Kind::Anon => KeyKind::Anon,
+            };
+            let k = client.create_key(&project, kind, &scopes).await?;
+            conn.emit(&k, || {
+                format!(
+                    "created {} key {} for project {project}\n  secret: {}\n(the secret is shown only once)",
+                    kind_name(k.kind),
+                    k.key_id,
+                    k.secret
+                )
+            });
+        }
+        AdminCmd::Key(KeyCmd::Revoke { project, key_id }) => {
+            client.revoke_key(&project, &key_id).await?;
+            conn.emit(&json!({ "revoked": key_id, "project": project }), || {
+                format!("revoked key {key_id} of project {project}")
+            });
+        }
+    }
+    Ok(0)
+}
+
+pub async fn cluster(args: ClusterArgs) -> CmdResult {
+    let conn = args.conn;
+    let client = conn.admin()?;
+    match args.cmd {
+        ClusterCmd::Status => {
+            let status = client.cluster_status().await?;
+            conn.emit(&status, || {
+                let leader = status
+                    .leader
+                    .map(|l| l.to_string())
+                    .unwrap_or_else(|| "none".into());
+                let rows: Vec<Vec<String>> = status
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        let v = n.view.as_ref();
+                        let num = |f: fn(&raftlock_client::ClusterView) -> u64| {
+                            v.map(|v| f(v).to_string()).unwrap_or_else(|| "-".into())
+                        };
+                        vec![
+                            n.member.id.to_string(),
+                            n.member.addr.clone(),
+                            v.map(|v| v.state.clone()).unwrap_or_else(|| "-".into()),
+                            if n.member.voter { "voter" } else { "learner" }.into(),
+                            num(|v| v.term),
+                            num(|v| v.commit_index),
+                            num(|v| v.applied_index),
+                            if n.healthy { "ok" } else { "down" }.into(),
+                            if n.ready {
+                                "ready".into()
+                            } else {
+                                format!("not ready: {}", n.detail)
+                            },
+                        ]
+                    })
+                    .collect();
+                format!(
+                    "leader: {leader}   term: {}   members: {}\n\n{}",
+                    status.term,
+                    status.nodes.len(),
+                    table(
+                        &[
+                            "ID", "ADDR", "ROLE", "VOTER", "TERM", "COMMIT", "APPLIED", "HEALTHZ",
+                            "READYZ"
+                        ],
+                        &rows
+                    )
+                )
+            });
+        }
+    }
+    Ok(0)
+}
