@@ -151,13 +151,40 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
         );
         assert!(a.code() == "invalid_request", "{what}: code {}", a.code());
     }
-    // Unknown fields are ignored.
-    let ok = locks
+    // Unknown fields are refused too (§7), with the field named.
+    let unknown = locks
         .raw(
             Method::POST,
             "/locks/k/lease",
             &tok,
             json(r#"{"ttl_seconds":10,"color":"blue"}"#),
+        )
+        .await?;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (400, "invalid_request"),
+        "{unknown:?}"
+    );
+    assert!(unknown.body["error"].as_str().unwrap().contains("color"));
+    // Malformed paths and wrong methods answer JSON errors as well.
+    for (method, path, status) in [
+        (Method::GET, "/locks/%FF", 400),
+        (Method::GET, "/locks/a/b", 400),
+        (Method::PUT, "/locks/k", 405),
+    ] {
+        let a = locks.raw(method.clone(), path, &[], None).await?;
+        assert_eq!(a.status, status, "{method} {path}: {a:?}");
+        assert!(
+            a.body["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{method} {path}: {a:?}"
+        );
+    }
+    let ok = locks
+        .raw(
+            Method::POST,
+            "/locks/k/lease",
+            &tok,
+            json(r#"{"ttl_seconds":10}"#),
         )
         .await?;
     assert_eq!(ok.status, 200, "{ok:?}");

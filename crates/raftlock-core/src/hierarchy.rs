@@ -225,6 +225,13 @@ pub struct Namespace {
     /// the order survives leader changes; never holds an empty queue.
     #[serde(default)]
     waiters: BTreeMap<String, VecDeque<Waiter>>,
+    /// The lock quota in force, so grants made while pumping the queue respect it too.
+    #[serde(default = "default_lock_quota")]
+    lock_quota: usize,
+}
+
+fn default_lock_quota() -> usize {
+    Quotas::default().locks_per_namespace
 }
 
 /// The proper ancestors of a lock path, nearest last: `a/b/c` → `a`, `a/b`.
@@ -598,9 +605,10 @@ impl Namespace {
             }
             self.remove_waiter(name, &head.id);
             if live {
-                // Quota refusal leaves the waiter ungranted (its call will see Dropped).
+                // A quota refusal leaves the waiter ungranted: its call sees Dropped and
+                // answers TIMED_OUT with the current diagnostics.
                 let quotas = Quotas {
-                    locks_per_namespace: usize::MAX,
+                    locks_per_namespace: self.lock_quota,
                     ..Quotas::default()
                 };
                 let _ = self.grant(
@@ -743,6 +751,7 @@ impl Hierarchy {
         validate::description(&description)?;
         validate::metadata(&metadata)?;
         let quota = self.quotas.namespaces_per_project;
+        let quota_locks = self.quotas.locks_per_namespace;
         let spaces = self.projects.entry(project.to_string()).or_default();
         if spaces.contains_key(name) {
             return Err(CoreError::AlreadyExists("namespace".into()));
@@ -762,6 +771,7 @@ impl Hierarchy {
             locks: BTreeMap::new(),
             below: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            lock_quota: quota_locks,
         };
         let view = ns.view(name);
         spaces.insert(name.to_string(), ns);
@@ -1146,8 +1156,14 @@ impl Hierarchy {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
         let ns = self.ns_mut(project, namespace)?;
+        let held = ns.holds(lease_id, lock_name).is_some();
         ns.drop_hold(lease_id, lock_name, t);
-        Ok(ns.lock_view(lock_name, t))
+        let mut view = ns.lock_view(lock_name, t);
+        if held && view.state == LockState::Unlocked {
+            // The record went with its last holder; the answer still reports this release.
+            view.last_activity_at = t;
+        }
+        Ok(view)
     }
 
     /// Drops every holder of the lock; absent is not an error.

@@ -37,7 +37,7 @@ fn decode(token: &str) -> Result<Cursor, CoreError> {
         return Ok(Cursor::Start);
     }
     let bad = || CoreError::invalid("pagination_token", "is not a token this server issued");
-    if !token.len().is_multiple_of(2) || token.len() > 1024 {
+    if !token.is_ascii() || !token.len().is_multiple_of(2) || token.len() > 1024 {
         return Err(bad());
     }
     let bytes: Vec<u8> = (0..token.len())
@@ -158,7 +158,7 @@ mod tests {
     #[test]
     fn garbage_tokens_are_invalid() {
         let m = map(1);
-        for t in ["zz", "abc", "00", "7a"] {
+        for t in ["zz", "abc", "00", "7a", "0é0", "éé"] {
             assert!(
                 matches!(paginate(&m, t, 1, |_| true), Err(CoreError::Invalid { .. })),
                 "{t}"

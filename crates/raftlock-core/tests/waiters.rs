@@ -247,3 +247,40 @@ fn deleting_the_namespace_ends_every_wait_with_not_found() {
     h.reap(s(200));
     assert_eq!(h.waiter_count(), 0);
 }
+
+#[test]
+fn grants_from_the_queue_respect_the_lock_quota() {
+    use raftlock_core::hierarchy::Quotas;
+    let mut h = Hierarchy::with_quotas(Quotas {
+        locks_per_namespace: 2,
+        ..Quotas::default()
+    });
+    h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
+        .unwrap();
+    for l in ["a", "b", "w"] {
+        h.create_lease(P, NS, l, "proc", 300, s(0)).unwrap();
+    }
+    acq(&mut h, "a", "top", true, s(1), None);
+    acq(&mut h, "b", "other", true, s(1), None);
+    acq(
+        &mut h,
+        "w",
+        "top/child",
+        false,
+        s(1),
+        Some(&wait("ww", s(100))),
+    );
+    // The downgrade makes the waiter compatible, but granting it would be a third lock.
+    assert_eq!(
+        acq(&mut h, "a", "top", false, s(2), None).outcome,
+        AcquireOutcome::Acquired
+    );
+    assert_eq!(
+        state(&h, "w", "top/child", false, "ww", s(2)),
+        WaitState::Dropped
+    );
+    assert_eq!(
+        h.get_lock(P, NS, "top/child", s(2)).unwrap().state,
+        LockState::Unlocked
+    );
+}

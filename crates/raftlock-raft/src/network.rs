@@ -239,7 +239,24 @@ pub fn internal_router(raft: Raft, secret: String) -> Router {
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        // Outermost: refuse a request without the secret before its body is read, so an
+        // unauthenticated caller cannot make the node buffer up to MAX_RPC_BODY.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_secret,
+        ))
         .with_state(state)
+}
+
+async fn require_secret(
+    State(state): State<Arc<Internal>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !authorized(&state, req.headers()) {
+        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
+    }
+    next.run(req).await
 }
 
 /// Compares without an early exit, so response time does not reveal how much of a guessed

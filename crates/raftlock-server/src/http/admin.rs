@@ -64,6 +64,7 @@ async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NewProject {
     name: String,
 }
@@ -109,6 +110,7 @@ async fn get_project(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ProjectPatch {
     lock_ops_per_minute: Option<u32>,
     hier_ops_per_minute: Option<u32>,
@@ -134,6 +136,7 @@ async fn update_project(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NewKey {
     kind: KeyKind,
     #[serde(default)]
@@ -214,6 +217,7 @@ fn membership_error(e: impl std::fmt::Display) -> ApiError {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NewLearner {
     node_id: u64,
     addr: String,
@@ -261,6 +265,7 @@ async fn add_learner(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Voters {
     voters: BTreeSet<u64>,
 }

@@ -2,6 +2,7 @@
 //! count the request against the project's rate limit, validate, then propose or read.
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -34,6 +35,7 @@ pub fn routes() -> Router<SharedNode> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TtlBody {
     ttl_seconds: u64,
 }
@@ -68,6 +70,12 @@ fn admit(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiError> {
         return Err(ApiError::rate_limited(D, retry_after));
     }
     Ok(project)
+}
+
+/// The `{key}` path segment; a malformed one (bad percent-encoding) is a JSON 400 too.
+fn key_of(key: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    key.map(|Path(k)| k)
+        .map_err(|e| ApiError::bad_request(D, format!("key: {e}")))
 }
 
 fn check_key(key: &str) -> Result<(), ApiError> {
@@ -126,10 +134,11 @@ async fn lease_call(
 
 async fn acquire(
     State(node): State<SharedNode>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let key = key_of(key)?;
     lease_call(node, key, headers, body, |token, ttl_seconds| {
         LockAction::Acquire { token, ttl_seconds }
     })
@@ -138,10 +147,11 @@ async fn acquire(
 
 async fn renew(
     State(node): State<SharedNode>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let key = key_of(key)?;
     lease_call(node, key, headers, body, |token, ttl_seconds| {
         LockAction::Renew { token, ttl_seconds }
     })
@@ -150,10 +160,11 @@ async fn renew(
 
 async fn release(
     State(node): State<SharedNode>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let project = admit(&node, &headers)?;
+    let key = key_of(key)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
     decide(
@@ -170,10 +181,11 @@ async fn release(
 
 async fn force_release(
     State(node): State<SharedNode>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let project = admit(&node, &headers)?;
+    let key = key_of(key)?;
     check_key(&key)?;
     decide(
         &node,
@@ -189,10 +201,11 @@ async fn force_release(
 
 async fn read(
     State(node): State<SharedNode>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let project = admit(&node, &headers)?;
+    let key = key_of(key)?;
     check_key(&key)?;
     let read = node
         .linearizable(|sm, now| sm.read_lock(&project, &key, now))

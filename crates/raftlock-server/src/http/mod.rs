@@ -52,6 +52,7 @@ pub fn router(node: SharedNode) -> Router {
         .merge(leader_routes)
         .merge(local_routes)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn(record_metrics))
         .with_state(node)
         .merge(internal)
@@ -63,8 +64,23 @@ pub fn router(node: SharedNode) -> Router {
         )
 }
 
+async fn method_not_allowed(req: Request) -> ApiError {
+    let d = Dialect::of_path(req.uri().path());
+    let message = format!(
+        "method {} is not allowed on {}",
+        req.method(),
+        req.uri().path()
+    );
+    ApiError::new(d, StatusCode::METHOD_NOT_ALLOWED, message)
+}
+
 async fn not_found(req: Request) -> ApiError {
     let d = Dialect::of_path(req.uri().path());
+    if req.uri().path().starts_with("/locks/") {
+        // A §4 path that matches no route has a key with '/' (or none): invalid input.
+        let message = "key must be 1-128 characters of letters, digits, '.', '_', ':' or '-'";
+        return ApiError::bad_request(d, message);
+    }
     ApiError::new(
         d,
         StatusCode::NOT_FOUND,

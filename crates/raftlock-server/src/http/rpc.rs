@@ -37,6 +37,7 @@ pub fn routes() -> Router<SharedNode> {
 type Meta = BTreeMap<String, String>;
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct NamespaceReq {
     #[serde(alias = "namespace_name")]
     name: String,
@@ -49,6 +50,7 @@ struct NamespaceReq {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListReq {
     #[serde(default)]
     namespace_name: String,
@@ -61,6 +63,7 @@ struct ListReq {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LeaseReq {
     namespace_name: String,
     #[serde(default)]
@@ -72,6 +75,7 @@ struct LeaseReq {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LockReq {
     namespace_name: String,
     lock_name: String,
@@ -329,7 +333,9 @@ impl Call {
     /// from that result, so it never answers TIMED_OUT for a lock it was granted.
     async fn acquire(&self, r: LockReq, ctx: WaitContext) -> Result<Value, ApiError> {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
-        let now = self.node.now();
+        // Judge the deadline on the state machine's clock (never behind applied time), the
+        // clock the replicated queue uses to drop expired waiters.
+        let now = self.node.read_local(|_, now| now);
         let mut deadline = now + r.timeout_seconds as i64 * 1_000_000_000;
         if let Some(original) = ctx.deadline {
             deadline = deadline.min(original);
@@ -338,9 +344,8 @@ impl Call {
             waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
             deadline,
         });
-        let first = self.try_acquire(&r, wait.clone()).await?;
-        let Some(spec) = wait.filter(|_| first.outcome != AcquireOutcome::Acquired) else {
-            return Ok(json!(first));
+        let Some(spec) = wait else {
+            return Ok(json!(self.try_acquire(&r, None).await?));
         };
         let cancel = HierOp::CancelWait {
             namespace: r.namespace_name.clone(),
@@ -349,7 +354,14 @@ impl Call {
             exclusive: r.exclusive,
             waiter_id: spec.waiter_id.clone(),
         };
+        // Armed before the enqueueing proposal: a client that goes away while it is in
+        // flight must not leave a waiter behind (a cancel of an absent waiter is a no-op).
         let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
+        let first = self.try_acquire(&r, Some(spec.clone())).await?;
+        if first.outcome == AcquireOutcome::Acquired {
+            guard.disarm();
+            return Ok(json!(first));
+        }
         let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
         let granted = self
             .wait_in_queue(&r, &spec.waiter_id, tokio::time::Instant::now() + remaining)
