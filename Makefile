@@ -1,10 +1,13 @@
 # raftlock — developer entry points.
 #   make run    a local 3-node dev cluster (prints a key and a curl line)
 #   make test   fmt check, clippy -D warnings, every test (unit, property, integration)
+#   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
+#   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md (issue 6)
+#   make bench-core  the criterion benches of raftlock-core
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint unit integration bench clean
+.PHONY: run test build fmt lint unit integration bench bench-core clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -28,7 +31,23 @@ integration:
 
 test: fmt lint unit integration
 
+# The short chaos run is part of `integration` (tests/tests/chaos.rs, chaos_short); this
+# target runs it alone. CHAOS_SEED=<seed> replays a fault plan.
+chaos-short:
+	$(CARGO) build --bin raftlock
+	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock $(CARGO) test -p raftlock-tests --test chaos -- --nocapture chaos_short
+
+# The long chaos run: CHAOS_DURATION_SECS (default 600) and at least 100 leader kills.
+CHAOS_DURATION_SECS ?= 600
+chaos:
+	$(CARGO) build --bin raftlock
+	CHAOS_DURATION_SECS=$(CHAOS_DURATION_SECS) RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock \
+		$(CARGO) test -p raftlock-tests --test chaos -- --ignored --nocapture chaos_long
+
 bench:
+	./crates/raftlock-bench/run.sh
+
+bench-core:
 	$(CARGO) bench -p raftlock-core
 
 clean:

@@ -6,6 +6,10 @@
 //!
 //! ## Layout
 //! - `src/lib.rs`: the harness.
+//! - `src/proxy.rs`: a per-link fault proxy for node-to-node traffic
+//!   ([`Cluster::start_behind_proxy`]).
+//! - `src/linearizability.rs`: a WGL linearizability checker and the §4 register model.
+//! - `src/chaos.rs`: the chaos suite's fault plan, load, history and checker.
 //! - `tests/*.rs`: one suite per concern (project locks, failover, auth, validation, rate
 //!   limit, membership, hierarchical locks).
 
@@ -17,6 +21,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+
+pub mod chaos;
+pub mod linearizability;
+pub mod proxy;
 
 /// Path of the `raftlock` binary: `$RAFTLOCK_BIN`, else `target/debug/raftlock` next to the
 /// test executable.
@@ -71,6 +79,12 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
     pub http: reqwest::Client,
     extra_args: Vec<String>,
+    /// Per-node flags of the current incarnation (e.g. a clock offset), after `extra_args`.
+    node_args: BTreeMap<u64, Vec<String>>,
+    /// Routes node-to-node traffic when started with [`Cluster::start_behind_proxy`].
+    proxy: Option<proxy::FaultProxy>,
+    /// The binary every (re)start runs.
+    bin: PathBuf,
 }
 
 impl Drop for Cluster {
@@ -92,6 +106,18 @@ impl Cluster {
 
     /// Like [`Cluster::start`] with extra `serve` flags for every node.
     pub async fn start_with(n: u64, extra: &[&str]) -> Result<Cluster> {
+        Self::launch(n, extra, false).await
+    }
+
+    /// Like [`Cluster::start_with`], but every node's `--peers` names a [`proxy::FaultProxy`]
+    /// listener per node instead of its real address, so every node-to-node request (Raft
+    /// RPCs, forwarded client requests) passes the proxy and obeys its link rules. Clients
+    /// still talk to the real addresses ([`Cluster::url`]).
+    pub async fn start_behind_proxy(n: u64, extra: &[&str]) -> Result<Cluster> {
+        Self::launch(n, extra, true).await
+    }
+
+    async fn launch(n: u64, extra: &[&str], behind_proxy: bool) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
@@ -105,9 +131,29 @@ impl Cluster {
                 },
             );
         }
+        // A long (chaos) run pins a private copy of the binary: a rebuild of
+        // target/debug/raftlock mid-run (by anyone on a shared checkout) must not make a
+        // restarted node run different code against data written by the old one.
+        let bin = if behind_proxy {
+            let pinned = dir.path().join("raftlock");
+            std::fs::copy(binary(), &pinned)
+                .with_context(|| format!("copying {}", binary().display()))?;
+            pinned
+        } else {
+            binary()
+        };
+        let proxy = if behind_proxy {
+            let targets = nodes.iter().map(|(id, n)| (*id, n.addr.clone())).collect();
+            Some(proxy::FaultProxy::start(&targets).await?)
+        } else {
+            None
+        };
         let peers = nodes
             .iter()
-            .map(|(id, n)| format!("{id}={}", n.addr))
+            .map(|(id, n)| {
+                let addr = proxy.as_ref().map_or(n.addr.clone(), |p| p.addr(*id));
+                format!("{id}={addr}")
+            })
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {
@@ -120,6 +166,9 @@ impl Cluster {
                 .timeout(Duration::from_secs(20))
                 .build()?,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            node_args: BTreeMap::new(),
+            proxy,
+            bin,
         };
         for id in 1..=n {
             cluster.spawn(id, &cluster.peers.clone())?;
@@ -136,7 +185,7 @@ impl Cluster {
         } else {
             Stdio::null()
         };
-        let child = Command::new(binary())
+        let child = Command::new(&self.bin)
             .args([
                 "serve",
                 "--node-id",
@@ -155,12 +204,13 @@ impl Cluster {
                 &self.platform,
             ])
             .args(&self.extra_args)
+            .args(self.node_args.get(&id).into_iter().flatten())
             .env("RAFTLOCK_LOG", log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .with_context(|| format!("spawning {}", binary().display()))?;
+            .with_context(|| format!("spawning {}", self.bin.display()))?;
         node.child = Some(child);
         Ok(())
     }
@@ -208,10 +258,57 @@ impl Cluster {
         }
     }
 
+    /// Deletes a (killed) node's data directory: a lost disk.
+    pub fn wipe(&mut self, id: u64) -> Result<()> {
+        let dir = self.nodes[&id].data_dir.clone();
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        Ok(())
+    }
+
     /// Restarts a killed node on its data directory.
     pub fn restart(&mut self, id: u64) -> Result<()> {
+        self.restart_with(id, &[])
+    }
+
+    /// Restarts a killed node with `args` added to its flags for this incarnation only
+    /// (e.g. `--clock-offset-ms=2000`).
+    pub fn restart_with(&mut self, id: u64, args: &[&str]) -> Result<()> {
+        self.node_args
+            .insert(id, args.iter().map(|s| s.to_string()).collect());
         let peers = self.peers.clone();
         self.spawn(id, &peers)
+    }
+
+    /// The fault proxy, when started with [`Cluster::start_behind_proxy`].
+    pub fn proxy(&self) -> Option<&proxy::FaultProxy> {
+        self.proxy.as_ref()
+    }
+
+    /// Process id of a running node.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes[&id].child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGSTOP: the process freezes (its sockets stay open) until [`Cluster::resume`].
+    pub fn pause(&self, id: u64) -> Result<()> {
+        self.signal(id, libc::SIGSTOP)
+    }
+
+    /// SIGCONT after [`Cluster::pause`].
+    pub fn resume(&self, id: u64) -> Result<()> {
+        self.signal(id, libc::SIGCONT)
+    }
+
+    fn signal(&self, id: u64, sig: libc::c_int) -> Result<()> {
+        let pid = self.pid(id).context("node not running")?;
+        // SAFETY: `kill(2)` on the pid of a child this harness spawned and has not reaped.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        if rc != 0 {
+            bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// This node's `/admin/v1/cluster` view, if it answers.

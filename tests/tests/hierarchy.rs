@@ -387,14 +387,32 @@ async fn the_path_compatibility_matrix_end_to_end() -> anyhow::Result<()> {
     let (_c, api) = setup().await?;
     let relations = [
         ("same path", "m/a", "m/a", "CONTENTION_REASON_PEER"),
-        ("ancestor held", "m/a", "m/a/b", "CONTENTION_REASON_ANCESTOR"),
-        ("descendant held", "m/a/b", "m/a", "CONTENTION_REASON_DESCENDANT"),
-        ("deep descendant held", "m/a/b/c/d", "m/a", "CONTENTION_REASON_DESCENDANT"),
+        (
+            "ancestor held",
+            "m/a",
+            "m/a/b",
+            "CONTENTION_REASON_ANCESTOR",
+        ),
+        (
+            "descendant held",
+            "m/a/b",
+            "m/a",
+            "CONTENTION_REASON_DESCENDANT",
+        ),
+        (
+            "deep descendant held",
+            "m/a/b/c/d",
+            "m/a",
+            "CONTENTION_REASON_DESCENDANT",
+        ),
         ("sibling", "m/a/b", "m/a/c", ""),
         ("unrelated", "m/a/b/c", "m/d/e", ""),
     ];
     let mut case = 0;
-    for (what, held, wanted) in relations.iter().map(|(w, h, r, reason)| (w, (h, reason), r)) {
+    for (what, held, wanted) in relations
+        .iter()
+        .map(|(w, h, r, reason)| (w, (h, reason), r))
+    {
         for holder_x in [true, false] {
             for requester_x in [true, false] {
                 case += 1;
@@ -405,7 +423,12 @@ async fn the_path_compatibility_matrix_end_to_end() -> anyhow::Result<()> {
                     let api = api.clone();
                     let ns = ns.clone();
                     async move {
-                        let r = api.rpc("CreateLockLease", json!({ "namespace_name": ns, "process_id": p, "ttl_seconds": 60 })).await?;
+                        let r = api
+                            .rpc(
+                                "CreateLockLease",
+                                json!({ "namespace_name": ns, "process_id": p, "ttl_seconds": 60 }),
+                            )
+                            .await?;
                         anyhow::Ok(r.body["lease"]["lease_id"].as_str().unwrap().to_string())
                     }
                 };
@@ -413,7 +436,10 @@ async fn the_path_compatibility_matrix_end_to_end() -> anyhow::Result<()> {
                 let acq = |lease: &str, name: &str, x: bool| {
                     api.rpc("AcquireLock", json!({ "namespace_name": ns, "lock_name": name, "exclusive": x, "lease_id": lease, "timeout_seconds": 0 }))
                 };
-                assert_eq!(acq(&a, held.0, holder_x).await?.body["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+                assert_eq!(
+                    acq(&a, held.0, holder_x).await?.body["outcome"],
+                    "ACQUIRE_OUTCOME_ACQUIRED"
+                );
                 let r = acq(&b, wanted, requester_x).await?;
                 let compatible = held.1.is_empty() || (!holder_x && !requester_x);
                 let label = format!("{what}: holder X={holder_x}, requester X={requester_x}");
@@ -425,11 +451,15 @@ async fn the_path_compatibility_matrix_end_to_end() -> anyhow::Result<()> {
                     assert_eq!(r.body["reason"], *held.1, "{label}");
                 }
                 if compatible {
-                    let release = json!({ "namespace_name": ns, "lock_name": wanted, "lease_id": b });
+                    let release =
+                        json!({ "namespace_name": ns, "lock_name": wanted, "lease_id": b });
                     assert_eq!(api.rpc("ReleaseLock", release).await?.status, 200);
                 }
                 let own = acq(&a, wanted, requester_x).await?;
-                assert_eq!(own.body["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{label}: a lease never blocks itself");
+                assert_eq!(
+                    own.body["outcome"], "ACQUIRE_OUTCOME_ACQUIRED",
+                    "{label}: a lease never blocks itself"
+                );
             }
         }
     }
@@ -442,7 +472,10 @@ async fn blocking_locks_are_capped_at_50() -> anyhow::Result<()> {
     let holder = lease(&api, "many", 60).await?;
     let other = lease(&api, "blocked", 60).await?;
     for i in 0..60 {
-        assert_eq!(acquire(&api, &holder, &format!("tree/leaf{i:02}"), true, 0).await?["outcome"], "ACQUIRE_OUTCOME_ACQUIRED");
+        assert_eq!(
+            acquire(&api, &holder, &format!("tree/leaf{i:02}"), true, 0).await?["outcome"],
+            "ACQUIRE_OUTCOME_ACQUIRED"
+        );
     }
     let r = acquire(&api, &other, "tree", false, 0).await?;
     assert_eq!(r["reason"], "CONTENTION_REASON_DESCENDANT");
@@ -455,36 +488,113 @@ async fn every_validation_limit_is_invalid_argument_naming_the_field() -> anyhow
     let (_c, api) = setup().await?;
     let l = lease(&api, "v", 60).await?;
     let long = |n: usize| "a".repeat(n);
-    let meta33: serde_json::Map<String, Value> = (0..33).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let meta33: serde_json::Map<String, Value> =
+        (0..33).map(|i| (format!("k{i}"), json!("v"))).collect();
     let cases: Vec<(&str, Value, &str)> = vec![
         ("CreateNamespace", json!({ "name": "" }), "name"),
         ("CreateNamespace", json!({ "name": long(129) }), "name"),
         ("CreateNamespace", json!({ "name": "bad.name" }), "name"),
-        ("CreateNamespace", json!({ "name": "ok1", "description": long(1025) }), "description"),
-        ("CreateNamespace", json!({ "name": "ok2", "metadata": meta33 }), "metadata"),
-        ("CreateNamespace", json!({ "name": "ok3", "metadata": { "k": long(257) } }), "metadata"),
-        ("CreateNamespace", json!({ "name": "ok4", "metadata": { long(129): "v" } }), "metadata"),
-        ("CreateLockLease", json!({ "namespace_name": "UserObjects", "process_id": "", "ttl_seconds": 10 }), "process_id"),
-        ("CreateLockLease", json!({ "namespace_name": "UserObjects", "process_id": long(129), "ttl_seconds": 10 }), "process_id"),
-        ("CreateLockLease", json!({ "namespace_name": "UserObjects", "process_id": "p", "ttl_seconds": 0 }), "ttl_seconds"),
-        ("RefreshLockLease", json!({ "namespace_name": "UserObjects", "lease_id": l, "ttl_seconds": 301 }), "ttl_seconds"),
-        ("AcquireLock", json!({ "namespace_name": "UserObjects", "lock_name": long(257), "lease_id": l }), "lock_name"),
-        ("AcquireLock", json!({ "namespace_name": "UserObjects", "lock_name": "a/", "lease_id": l }), "lock_name"),
-        ("AcquireLock", json!({ "namespace_name": "UserObjects", "lock_name": "a", "lease_id": l, "timeout_seconds": 301 }), "timeout_seconds"),
-        ("AcquireLock", json!({ "namespace_name": "UserObjects", "lock_name": "a", "lease_id": l, "metadata": meta33 }), "metadata"),
-        ("ListLocks", json!({ "namespace_name": "UserObjects", "limit": 101 }), "limit"),
-        ("ListLocks", json!({ "namespace_name": "UserObjects", "pagination_token": "zz" }), "pagination_token"),
-        ("AcquireLock", json!({ "namespace_name": "UserObjects", "lock_name": 5, "lease_id": l }), "lock_name"),
+        (
+            "CreateNamespace",
+            json!({ "name": "ok1", "description": long(1025) }),
+            "description",
+        ),
+        (
+            "CreateNamespace",
+            json!({ "name": "ok2", "metadata": meta33 }),
+            "metadata",
+        ),
+        (
+            "CreateNamespace",
+            json!({ "name": "ok3", "metadata": { "k": long(257) } }),
+            "metadata",
+        ),
+        (
+            "CreateNamespace",
+            json!({ "name": "ok4", "metadata": { long(129): "v" } }),
+            "metadata",
+        ),
+        (
+            "CreateLockLease",
+            json!({ "namespace_name": "UserObjects", "process_id": "", "ttl_seconds": 10 }),
+            "process_id",
+        ),
+        (
+            "CreateLockLease",
+            json!({ "namespace_name": "UserObjects", "process_id": long(129), "ttl_seconds": 10 }),
+            "process_id",
+        ),
+        (
+            "CreateLockLease",
+            json!({ "namespace_name": "UserObjects", "process_id": "p", "ttl_seconds": 0 }),
+            "ttl_seconds",
+        ),
+        (
+            "RefreshLockLease",
+            json!({ "namespace_name": "UserObjects", "lease_id": l, "ttl_seconds": 301 }),
+            "ttl_seconds",
+        ),
+        (
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": long(257), "lease_id": l }),
+            "lock_name",
+        ),
+        (
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "a/", "lease_id": l }),
+            "lock_name",
+        ),
+        (
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "a", "lease_id": l, "timeout_seconds": 301 }),
+            "timeout_seconds",
+        ),
+        (
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": "a", "lease_id": l, "metadata": meta33 }),
+            "metadata",
+        ),
+        (
+            "ListLocks",
+            json!({ "namespace_name": "UserObjects", "limit": 101 }),
+            "limit",
+        ),
+        (
+            "ListLocks",
+            json!({ "namespace_name": "UserObjects", "pagination_token": "zz" }),
+            "pagination_token",
+        ),
+        (
+            "AcquireLock",
+            json!({ "namespace_name": "UserObjects", "lock_name": 5, "lease_id": l }),
+            "lock_name",
+        ),
     ];
     for (method, body, field) in cases {
         let r = api.rpc(method, body.clone()).await?;
-        assert_eq!((r.status, r.code()), (400, "invalid_argument"), "{method} {body}");
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_argument"),
+            "{method} {body}"
+        );
         let message = r.body["message"].as_str().unwrap_or("");
-        assert!(message.contains(field), "{method}: message {message:?} should name {field}");
+        assert!(
+            message.contains(field),
+            "{method}: message {message:?} should name {field}"
+        );
     }
     let list = api.rpc("ListNamespaces", json!({})).await?;
-    assert_eq!(list.body["namespaces"].as_array().unwrap().len(), 1, "nothing was created");
-    let locks = api.rpc("ListLocks", json!({ "namespace_name": "UserObjects" })).await?;
-    assert!(locks.body["locks"].as_array().unwrap().is_empty(), "nothing was acquired");
+    assert_eq!(
+        list.body["namespaces"].as_array().unwrap().len(),
+        1,
+        "nothing was created"
+    );
+    let locks = api
+        .rpc("ListLocks", json!({ "namespace_name": "UserObjects" }))
+        .await?;
+    assert!(
+        locks.body["locks"].as_array().unwrap().is_empty(),
+        "nothing was acquired"
+    );
     Ok(())
 }

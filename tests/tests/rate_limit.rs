@@ -31,7 +31,7 @@ async fn over_the_limit_answers_429_with_retry_after() -> anyhow::Result<()> {
     }
     let (count, a) = limited.expect("the limit was enforced");
     assert!(
-        count >= 20 && count <= 40,
+        (20..=40).contains(&count),
         "first 429 after {count} requests"
     );
     assert_eq!(a.code(), "lock_rate_limited");

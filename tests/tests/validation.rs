@@ -3,6 +3,16 @@
 use raftlock_tests::{token, Cluster, Locks};
 use reqwest::Method;
 
+/// (what, method, path, headers, body, expected status)
+type Case<'a> = (
+    &'a str,
+    Method,
+    String,
+    Vec<(&'a str, &'a str)>,
+    Option<Vec<u8>>,
+    u16,
+);
+
 #[tokio::test]
 async fn the_validation_matrix() -> anyhow::Result<()> {
     let cluster = Cluster::start(1).await?;
@@ -13,14 +23,7 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
     let json = |s: &str| Some(s.as_bytes().to_vec());
     let long_key = "k".repeat(129);
     let huge = Some(vec![b' '; 64 * 1024 + 1]);
-    let cases: Vec<(
-        &str,
-        Method,
-        String,
-        Vec<(&str, &str)>,
-        Option<Vec<u8>>,
-        u16,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "malformed JSON",
             Method::POST,
