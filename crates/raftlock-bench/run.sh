@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# `make bench` (issue 6): raftlock vs etcd on this machine, side by side.
+#
+# Builds release binaries, installs Debian's etcd-server and fio when missing, measures the
+# disk's fsync latency, then runs the load generator against a 3-node raftlock cluster and a
+# 3-node etcd cluster on loopback — never both at once — in alternating rounds (A B A B), and
+# finally measures raftlock's memory with 1,000,000 held locks and its restart-to-ready time.
+# Writes docs/benchmarks.md (the generated region only) and docs/benchmarks.svg.
+#
+# Knobs (environment): BENCH_ROUNDS (2), BENCH_SECONDS per cell (5), BENCH_WARMUP (1),
+# BENCH_CLIENTS (1,16,64,256), BENCH_WORKLOADS (1,2,3,3h,4,5,6), BENCH_HELD (100000),
+# BENCH_MEM_LOCKS (1000000; 0 skips the memory phase), BENCH_DIR (target/bench; must be on disk).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+ROUNDS=${BENCH_ROUNDS:-2}
+SECS=${BENCH_SECONDS:-5}
+WARMUP=${BENCH_WARMUP:-1}
+CLIENTS=${BENCH_CLIENTS:-1,16,64,256}
+WORKLOADS=${BENCH_WORKLOADS:-1,2,3,3h,4,5,6}
+HELD=${BENCH_HELD:-100000}
+MEM_LOCKS=${BENCH_MEM_LOCKS:-1000000}
+WORK=${BENCH_DIR:-$ROOT/target/bench}
+RESULTS=$WORK/results.jsonl
+BIN=$ROOT/target/release
+SECRET=bench-cluster-secret
+PLATFORM=bench-platform-token
+RL_EPS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+RL_PEERS=1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103
+ETCD_EPS=127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
+ETCD_CLUSTER=e1=http://127.0.0.1:23801,e2=http://127.0.0.1:23802,e3=http://127.0.0.1:23803
+PIDS=()
+
+log() { echo "[bench $(date +%T)] $*" >&2; }
+
+stop_all() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+trap stop_all EXIT
+
+# ---- tools ----
+need=()
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v fio >/dev/null || need+=(fio)
+if ((${#need[@]})); then
+  log "installing ${need[*]} from Debian"
+  apt-get update && apt-get install -y "${need[@]}"
+fi
+ETCD_VERSION=$(etcd --version | sed -n 's/^etcd Version: //p')
+case "$ETCD_VERSION" in
+  3.4.*|3.5.*) ;;
+  *) log "etcd $ETCD_VERSION: expected 3.4 or 3.5"; exit 1 ;;
+esac
+
+log "building release binaries"
+cargo build --release -p raftlock-server -p raftlock-bench
+
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+# ---- machine ----
+log "measuring fsync latency with fio"
+fio --name=fsync --directory="$WORK" --rw=write --bs=4k --size=8m --fdatasync=1 \
+  --ioengine=sync --output-format=json >"$WORK/fio.json" 2>/dev/null || true
+FSYNC_P99=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]["sync"]["lat_ns"]; p=j["percentile"]; print("p50 %.2f ms, p99 %.2f ms" % (p["50.000000"]/1e6, p["99.000000"]/1e6))' "$WORK/fio.json" 2>/dev/null || echo "n/a")
+CPU_MODEL=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
+MEM_TOTAL=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
+
+# ---- clusters ----
+start_raftlock() {
+  for i in 1 2 3; do
+    mkdir -p "$WORK/rl/n$i"
+    RAFTLOCK_LOG=${RAFTLOCK_LOG:-warn} "$BIN/raftlock" serve --node-id "$i" --listen "127.0.0.1:710$i" \
+      --data-dir "$WORK/rl/n$i" --peers "$RL_PEERS" --cluster-secret "$SECRET" \
+      --platform-token "$PLATFORM" >>"$WORK/rl-n$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+start_etcd() {
+  for i in 1 2 3; do
+    etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
+      --listen-client-urls "http://127.0.0.1:2379$i" --advertise-client-urls "http://127.0.0.1:2379$i" \
+      --listen-peer-urls "http://127.0.0.1:2380$i" --initial-advertise-peer-urls "http://127.0.0.1:2380$i" \
+      --initial-cluster "$ETCD_CLUSTER" --initial-cluster-state new --initial-cluster-token bench \
+      --logger zap --log-level warn >>"$WORK/etcd-e$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+run_round() { # system round
+  local system=$1 round=$2
+  rm -rf "$WORK/rl" "$WORK/etcd"
+  if [[ $system == raftlock ]]; then start_raftlock; eps=$RL_EPS; else start_etcd; eps=$ETCD_EPS; fi
+  log "round $round: $system (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$BIN/raftlock-bench" run --system "$system" --endpoints "$eps" --platform-token "$PLATFORM" \
+    --workloads "$WORKLOADS" --clients "$CLIENTS" --seconds "$SECS" --warmup "$WARMUP" \
+    --held "$HELD" --round "$round" --out "$RESULTS"
+  stop_all
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((r = 1; r <= ROUNDS; r++)); do
+  run_round raftlock "$r"
+  run_round etcd "$r"
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- memory and recovery (raftlock) ----
+rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+ready_and_read() { # addr key -> 0 once /readyz is 200 and a read of a held lock answers held:true
+  curl -sf "http://$1/readyz" >/dev/null &&
+    curl -sf -H "Authorization: Bearer $2" "http://$1/locks/mem-1" | grep -q '"held":true'
+}
+
+FOOTER=$WORK/footer.md
+: >"$FOOTER"
+if ((MEM_LOCKS > 0)); then
+  rm -rf "$WORK/rl"
+  start_raftlock
+  log "memory: holding $MEM_LOCKS project locks"
+  t0=$(now_ms)
+  KEY=$("$BIN/raftlock-bench" --threads 1 load --endpoints "$RL_EPS" --platform-token "$PLATFORM" \
+    --locks "$MEM_LOCKS" --clients 256 2>"$WORK/load.log")
+  LOAD_S=$(( ($(now_ms) - t0) / 1000 ))
+  sleep 5
+  RSS=()
+  for i in 0 1 2; do RSS+=("$(rss_mib "${PIDS[$i]}")"); done
+  DISK=$(du -sh "$WORK/rl/n1" | cut -f1)
+  leader=$(curl -s http://127.0.0.1:7101/readyz | awk '{print $NF}')
+  f=1; [[ $leader == 1 ]] && f=2
+  log "restarting follower node $f (SIGKILL)"
+  kill -9 "${PIDS[$((f - 1))]}"; wait "${PIDS[$((f - 1))]}" 2>/dev/null || true
+  t0=$(now_ms)
+  RAFTLOCK_LOG=warn "$BIN/raftlock" serve --node-id "$f" --listen "127.0.0.1:710$f" \
+    --data-dir "$WORK/rl/n$f" --peers "$RL_PEERS" --cluster-secret "$SECRET" \
+    --platform-token "$PLATFORM" >>"$WORK/rl-n$f.log" 2>&1 &
+  PIDS[$((f - 1))]=$!
+  until ready_and_read "127.0.0.1:710$f" "$KEY"; do sleep 0.02; done
+  FOLLOWER_MS=$(( $(now_ms) - t0 ))
+  FOLLOWER_RSS=$(rss_mib "${PIDS[$((f - 1))]}")
+  log "restarting the whole cluster (SIGTERM)"
+  stop_all
+  t0=$(now_ms)
+  start_raftlock
+  until ready_and_read 127.0.0.1:7101 "$KEY" && ready_and_read 127.0.0.1:7102 "$KEY" \
+    && ready_and_read 127.0.0.1:7103 "$KEY"; do sleep 0.02; done
+  CLUSTER_MS=$(( $(now_ms) - t0 ))
+  sleep 2
+  RSS2=()
+  for i in 0 1 2; do RSS2+=("$(rss_mib "${PIDS[$i]}")"); done
+  stop_all
+  cat >"$FOOTER" <<MD
+## Memory and recovery (raftlock, $MEM_LOCKS held project locks)
+
+Loaded by 256 concurrent acquirers (TTL 1 day) in ${LOAD_S} s; data directory of one node: ${DISK}.
+
+| measure | node 1 | node 2 | node 3 | target |
+| --- | ---: | ---: | ---: | --- |
+| RSS after loading (MiB) | ${RSS[0]} | ${RSS[1]} | ${RSS[2]} | ≤ 512 |
+| RSS after a full-cluster restart (MiB) | ${RSS2[0]} | ${RSS2[1]} | ${RSS2[2]} | ≤ 512 |
+
+- Follower node $f killed with SIGKILL and restarted: ready (\`/readyz\` 200 and a read of a held
+  lock answered through it) after **${FOLLOWER_MS} ms**; its RSS then ${FOLLOWER_RSS} MiB. Target ≤ 5 s.
+- Whole cluster stopped (SIGTERM) and restarted: every node ready and serving that read after
+  **${CLUSTER_MS} ms** (includes an election).
+MD
+fi
+
+# ---- report ----
+HEADER=$WORK/header.md
+cat >"$HEADER" <<MD
+## How it was run
+
+\`make bench\` (\`crates/raftlock-bench/run.sh\`), $(date -u +%Y-%m-%dT%H:%MZ), rounds: $ROUNDS per system
+(raftlock, etcd, raftlock, etcd …), $SECS s measured per cell after $WARMUP s of warm-up.
+
+- Machine: $(nproc) CPUs ($CPU_MODEL), $MEM_TOTAL memory; fsync (fio, 4 KiB writes + fdatasync,
+  data directory's disk): $FSYNC_P99. Load average before / after: $LOAD_BEFORE / $LOAD_AFTER.
+  The machine is shared; other work may have run at the same time.
+- raftlock: 3 nodes on loopback, release build, fsync on (every acknowledged write flushed on a
+  quorum), data on disk, default settings except \`RAFTLOCK_LOG=warn\`.
+- etcd $ETCD_VERSION (Debian's \`etcd-server\`): 3 members on loopback, default settings (fsync on).
+- Load generator: \`raftlock-bench\` (one process, one thread, one kept-alive HTTP/1.1
+  connection per client, hyper), talking to the leader of each system. etcd is driven through
+  its JSON gRPC gateway (\`/v3/...\`).
+MD
+"$BIN/raftlock-bench" report --results "$RESULTS" --md docs/benchmarks.md --svg docs/benchmarks.svg \
+  --header "$HEADER" --footer "$FOOTER"
+log "wrote docs/benchmarks.md and docs/benchmarks.svg"

@@ -1,0 +1,221 @@
+//! `raftlock-bench`: the load generator of `make bench` (issue 6).
+//!
+//! - `run`: drives one system (raftlock or etcd) through the workloads at each concurrency
+//!   and appends one JSON line per cell to the results file.
+//! - `load`: holds N §4 project locks (memory and recovery measurement).
+//! - `report`: turns the results into the table of `docs/benchmarks.md` and an SVG plot.
+
+mod conn;
+mod report;
+mod systems;
+mod workloads;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use systems::{find_leader, raftlock_project, System, Target};
+use workloads::Ctx;
+
+#[derive(Parser)]
+#[command(name = "raftlock-bench", about = "raftlock vs etcd load generator")]
+struct Cli {
+    /// Tokio worker threads of the load generator (1 = a single-threaded runtime).
+    #[arg(long, default_value_t = 1, global = true)]
+    threads: usize,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run workloads against one system and append results (JSON lines).
+    Run {
+        #[arg(long, value_enum)]
+        system: System,
+        /// Client endpoints `host:port,...` (raftlock: in node-id order 1, 2, 3).
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        /// raftlock platform token (creates the benchmark project and key).
+        #[arg(long, default_value = "")]
+        platform_token: String,
+        /// Workloads: 1, 2, 3, 3h, 4, 5, 6.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,3h,4,5,6")]
+        workloads: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+        clients: Vec<usize>,
+        /// Measured seconds per cell.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Discarded seconds at the start of each cell.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// Locks held in the namespace for workload 6.
+        #[arg(long, default_value_t = 100_000)]
+        held: usize,
+        #[arg(long, default_value_t = 1)]
+        round: u32,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Hold N project locks on a raftlock cluster (long TTL), as fast as possible.
+    Load {
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        platform_token: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        locks: usize,
+        #[arg(long, default_value_t = 256)]
+        clients: usize,
+        #[arg(long, default_value_t = 86_400)]
+        ttl: u64,
+    },
+    /// Aggregate results into a markdown table (between markers of `--md`) and an SVG plot.
+    Report {
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(long)]
+        md: PathBuf,
+        #[arg(long)]
+        svg: PathBuf,
+        /// Markdown inserted before the table (command, machine).
+        #[arg(long)]
+        header: Option<PathBuf>,
+        /// Markdown inserted after the table (memory and recovery).
+        #[arg(long)]
+        footer: Option<PathBuf>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = if cli.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cli.threads)
+            .enable_all()
+            .build()?
+    };
+    rt.block_on(async_main(cli.cmd))
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Run {
+            system,
+            endpoints,
+            platform_token,
+            workloads,
+            clients,
+            seconds,
+            warmup,
+            held,
+            round,
+            out,
+        } => {
+            let leader = find_leader(system, &endpoints, Duration::from_secs(30)).await?;
+            let run_id = format!("r{round}-{}", unix_secs());
+            let key = match system {
+                System::Raftlock => Some(
+                    raftlock_project(&leader, &platform_token, &format!("bench-{run_id}")).await?,
+                ),
+                System::Etcd => None,
+            };
+            let ctx = Arc::new(Ctx {
+                target: Target {
+                    system,
+                    leader: leader.clone(),
+                    key,
+                },
+                round,
+                warmup: Duration::from_secs_f64(warmup),
+                measure: Duration::from_secs_f64(seconds),
+                ns6: format!("{run_id}-w6"),
+                run_id,
+            });
+            eprintln!("{} leader {leader}, round {round}", system.name());
+            let mut file = match &out {
+                Some(p) => Some(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)
+                        .with_context(|| format!("opening {}", p.display()))?,
+                ),
+                None => None,
+            };
+            for w in workloads::ALL
+                .iter()
+                .filter(|w| workloads.iter().any(|x| x == *w))
+            {
+                if *w == "3h" && system == System::Etcd {
+                    continue;
+                }
+                if *w == "6" {
+                    workloads::preload(&ctx, held, 64).await?;
+                }
+                for c in workloads::levels(w, &clients) {
+                    let cell = workloads::run_cell(ctx.clone(), w, c).await?;
+                    eprintln!(
+                        "  w{:<2} {:>3} clients: {:>9.0} {:<11} p50 {:>7.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  errors {}",
+                        cell.workload,
+                        cell.clients,
+                        cell.throughput,
+                        workloads::unit(w),
+                        cell.p50_ms,
+                        cell.p99_ms,
+                        cell.p999_ms,
+                        cell.errors
+                    );
+                    if let Some(f) = file.as_mut() {
+                        writeln!(f, "{}", serde_json::to_string(&cell)?)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Load {
+            endpoints,
+            platform_token,
+            locks,
+            clients,
+            ttl,
+        } => {
+            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
+            let key =
+                raftlock_project(&leader, &platform_token, &format!("mem-{}", unix_secs())).await?;
+            let target = Target {
+                system: System::Raftlock,
+                leader,
+                key: Some(key.clone()),
+            };
+            let rate = workloads::load_project_locks(&target, locks, clients, ttl).await?;
+            eprintln!("held {locks} project locks at {rate:.0}/s");
+            // The key on stdout, so the caller can read a lock back after a restart.
+            println!("{key}");
+            Ok(())
+        }
+        Cmd::Report {
+            results,
+            md,
+            svg,
+            header,
+            footer,
+        } => report::write(&results, &md, &svg, header.as_deref(), footer.as_deref()),
+    }
+}

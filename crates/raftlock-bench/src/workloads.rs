@@ -1,0 +1,437 @@
+//! The workloads of issue 6 and the harness that runs one (system, workload, clients) cell:
+//! every client connects and prepares, all start together, the first `warmup` is discarded,
+//! and each operation's latency inside the measured window is kept (µs) for percentiles.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use hyper::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Barrier};
+
+use crate::conn::Conn;
+use crate::systems::*;
+
+/// Workload ids, in report order.
+pub const ALL: &[&str] = &["1", "2", "3", "3h", "4", "5", "6"];
+
+pub fn title(w: &str) -> &'static str {
+    match w {
+        "1" => "acquire, fresh keys",
+        "2" => "acquire+release cycle, distinct keys",
+        "3" => "hot key hand-offs (spin)",
+        "3h" => "hot key hand-offs, §5 blocking, 64 waiters",
+        "4" => "renew",
+        "5" => "linearizable read",
+        "6" => "§5 acquire+release, 100k held",
+        _ => "?",
+    }
+}
+
+/// What one op of the workload is, for the table's unit column.
+pub fn unit(w: &str) -> &'static str {
+    match w {
+        "2" | "6" => "cycles/s",
+        "3" | "3h" => "hand-offs/s",
+        _ => "ops/s",
+    }
+}
+
+/// Concurrency levels a workload runs at.
+pub fn levels(w: &str, wanted: &[usize]) -> Vec<usize> {
+    if w == "3h" {
+        vec![64]
+    } else {
+        wanted.to_vec()
+    }
+}
+
+/// One measured cell, a line of the results file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cell {
+    pub system: String,
+    pub workload: String,
+    pub clients: usize,
+    pub round: u32,
+    pub ops: u64,
+    pub seconds: f64,
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub errors: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    from: Instant,
+    end: Instant,
+}
+
+/// Per-client recorder.
+struct Rec {
+    w: Window,
+    lat: Vec<u32>,
+    errors: u64,
+}
+
+impl Rec {
+    /// The start time of the next op, or `None` once the run is over.
+    fn next(&self) -> Option<Instant> {
+        let now = Instant::now();
+        (now < self.w.end).then_some(now)
+    }
+    fn done(&mut self, t0: Instant) {
+        if t0 >= self.w.from {
+            self.lat
+                .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        }
+    }
+    fn error(&mut self, t0: Instant, e: &anyhow::Error) {
+        if t0 >= self.w.from {
+            self.errors += 1;
+        }
+        if self.errors < 3 {
+            eprintln!("  error: {e:#}");
+        }
+    }
+}
+
+/// Shared, per-run state of a system under test.
+pub struct Ctx {
+    pub target: Target,
+    pub round: u32,
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// §5 namespace holding 100,000 locks (workload 6, raftlock), or "" for etcd.
+    pub ns6: String,
+    /// etcd: a lease holding the 100,000 preloaded keys (workload 6).
+    pub run_id: String,
+}
+
+/// Runs one cell.
+pub async fn run_cell(ctx: Arc<Ctx>, w: &'static str, clients: usize) -> anyhow::Result<Cell> {
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let (tx, rx) = watch::channel(None::<Window>);
+    let mut tasks = Vec::with_capacity(clients);
+    // Hot-key workloads: one key (or §5 namespace) per cell.
+    let ns3 = format!("{}-w{w}-c{clients}", ctx.run_id);
+    if w == "3h" {
+        hier_namespace(&mut ctx.target.conn(), &ns3).await?;
+    }
+    for i in 0..clients {
+        let ctx = ctx.clone();
+        let barrier = barrier.clone();
+        let mut rx = rx.clone();
+        let ns3 = ns3.clone();
+        tasks.push(tokio::spawn(async move {
+            let prefix = format!("{}-w{w}-c{clients}-{i}", ctx.run_id);
+            let mut c = ctx.target.conn();
+            let prep = prepare(&ctx, w, &mut c, &prefix, &ns3).await;
+            barrier.wait().await;
+            let prep = prep?;
+            let window = *rx.wait_for(Option::is_some).await?;
+            let mut rec = Rec {
+                w: window.expect("set"),
+                lat: Vec::with_capacity(4096),
+                errors: 0,
+            };
+            client_loop(&ctx, w, &mut c, &prefix, &ns3, i, prep, &mut rec).await;
+            anyhow::Ok(rec)
+        }));
+    }
+    barrier.wait().await;
+    let from = Instant::now() + ctx.warmup;
+    tx.send(Some(Window {
+        from,
+        end: from + ctx.measure,
+    }))?;
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let rec = t.await??;
+        lat.extend_from_slice(&rec.lat);
+        errors += rec.errors;
+    }
+    lat.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[i] as f64 / 1000.0
+    };
+    let seconds = ctx.measure.as_secs_f64();
+    Ok(Cell {
+        system: ctx.target.system.name().into(),
+        workload: w.into(),
+        clients,
+        round: ctx.round,
+        ops: lat.len() as u64,
+        seconds,
+        throughput: lat.len() as f64 / seconds,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        p999_ms: pct(0.999),
+        errors,
+    })
+}
+
+/// What a client prepared before the start: a lock token (raftlock) or lease id.
+struct Prep {
+    token: String,
+}
+
+async fn prepare(
+    ctx: &Ctx,
+    w: &str,
+    c: &mut Conn,
+    prefix: &str,
+    ns3: &str,
+) -> anyhow::Result<Prep> {
+    let token = uuid::Uuid::new_v4().to_string();
+    match ctx.target.system {
+        System::Raftlock => match w {
+            "4" | "5" => {
+                let s = rl_lease(c, Method::POST, &format!("{prefix}-k"), &token, 300).await?;
+                expect(s, StatusCode::OK, "acquire")?;
+                Ok(Prep { token })
+            }
+            "3h" => Ok(Prep {
+                token: hier_lease(c, ns3, 300).await?,
+            }),
+            "6" => Ok(Prep {
+                token: hier_lease(c, &ctx.ns6, 300).await?,
+            }),
+            _ => {
+                // Opens the connection before the clock starts.
+                c.call(Method::GET, "/healthz", &[], "").await?;
+                Ok(Prep { token })
+            }
+        },
+        System::Etcd => {
+            let lease = etcd_grant(c, 300).await?;
+            if w == "5" && !etcd_create(c, &format!("{prefix}-k"), &lease).await? {
+                bail!("etcd: could not create the read key");
+            }
+            Ok(Prep { token: lease })
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn client_loop(
+    ctx: &Ctx,
+    w: &str,
+    c: &mut Conn,
+    prefix: &str,
+    ns3: &str,
+    idx: usize,
+    prep: Prep,
+    rec: &mut Rec,
+) {
+    let tok = prep.token.as_str();
+    let hot = format!("{ns3}-hot");
+    let mut n: u64 = 0;
+    while let Some(t0) = rec.next() {
+        n += 1;
+        let key = format!("{prefix}-{n}");
+        let r: anyhow::Result<()> = match (ctx.target.system, w) {
+            (System::Raftlock, "1") => rl_lease(c, Method::POST, &key, tok, 60)
+                .await
+                .and_then(|s| expect(s, StatusCode::OK, "acquire")),
+            (System::Raftlock, "2") => {
+                async {
+                    expect(
+                        rl_lease(c, Method::POST, &key, tok, 60).await?,
+                        StatusCode::OK,
+                        "acquire",
+                    )?;
+                    expect(
+                        rl_release(c, &key, tok).await?,
+                        StatusCode::NO_CONTENT,
+                        "release",
+                    )
+                }
+                .await
+            }
+            (System::Raftlock, "3") => {
+                async {
+                    loop {
+                        let s = rl_lease(c, Method::POST, &hot, tok, 10).await?;
+                        if s == StatusCode::OK {
+                            break;
+                        }
+                        expect(s, StatusCode::CONFLICT, "acquire hot")?;
+                        if rec.next().is_none() {
+                            bail!("run over");
+                        }
+                    }
+                    expect(
+                        rl_release(c, &hot, tok).await?,
+                        StatusCode::NO_CONTENT,
+                        "release",
+                    )
+                }
+                .await
+            }
+            (System::Raftlock, "3h") => {
+                async {
+                    if !hier_acquire(c, ns3, "hot/lock", tok, 30).await? {
+                        bail!("blocking acquire did not acquire");
+                    }
+                    hier_release(c, ns3, "hot/lock", tok).await
+                }
+                .await
+            }
+            (System::Raftlock, "4") => rl_lease(c, Method::PATCH, &format!("{prefix}-k"), tok, 300)
+                .await
+                .and_then(|s| expect(s, StatusCode::OK, "renew")),
+            (System::Raftlock, "5") => rl_read(c, &format!("{prefix}-k"))
+                .await
+                .and_then(|s| expect(s, StatusCode::OK, "read")),
+            (System::Raftlock, "6") => {
+                async {
+                    let lock = format!("held/g{}/x{prefix}-{n}", idx % 100);
+                    if !hier_acquire(c, &ctx.ns6, &lock, tok, 0).await? {
+                        bail!("acquire in the 100k namespace refused");
+                    }
+                    hier_release(c, &ctx.ns6, &lock, tok).await
+                }
+                .await
+            }
+            (System::Etcd, "1") => etcd_create(c, &key, tok).await.and_then(|ok| {
+                if ok {
+                    Ok(())
+                } else {
+                    bail!("fresh key exists")
+                }
+            }),
+            (System::Etcd, "2" | "6") => {
+                async {
+                    if !etcd_create(c, &key, tok).await? {
+                        bail!("fresh key exists");
+                    }
+                    etcd_delete(c, &key).await
+                }
+                .await
+            }
+            (System::Etcd, "3") => {
+                async {
+                    while !etcd_create(c, &hot, tok).await? {
+                        if rec.next().is_none() {
+                            bail!("run over");
+                        }
+                    }
+                    etcd_delete(c, &hot).await
+                }
+                .await
+            }
+            (System::Etcd, "4") => etcd_keepalive(c, tok).await,
+            (System::Etcd, "5") => etcd_get(c, &format!("{prefix}-k")).await.and_then(|ok| {
+                if ok {
+                    Ok(())
+                } else {
+                    bail!("read key missing")
+                }
+            }),
+            (s, w) => Err(anyhow::anyhow!("workload {w} does not run on {}", s.name())),
+        };
+        match r {
+            Ok(()) => rec.done(t0),
+            Err(e) if e.to_string() == "run over" => break,
+            Err(e) => {
+                rec.error(t0, &e);
+                if e.to_string().contains("does not run") {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Workload 6 setup: 100,000 locks held in one §5 namespace (raftlock) or 100,000 keys
+/// held under one lease (etcd), loaded by `clients` concurrent callers.
+pub async fn preload(ctx: &Ctx, count: usize, clients: usize) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let mut setup = ctx.target.conn();
+    let holder = match ctx.target.system {
+        System::Raftlock => {
+            hier_namespace(&mut setup, &ctx.ns6).await?;
+            hier_lease(&mut setup, &ctx.ns6, 300).await?
+        }
+        System::Etcd => etcd_grant(&mut setup, 600).await?,
+    };
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let target = ctx.target.clone();
+        let holder = holder.clone();
+        let ns = ctx.ns6.clone();
+        let run = ctx.run_id.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = target.conn();
+            let mut j = i;
+            while j < count {
+                let ok = match target.system {
+                    System::Raftlock => {
+                        hier_acquire(&mut c, &ns, &format!("held/g{}/l{j}", j % 100), &holder, 0)
+                            .await?
+                    }
+                    System::Etcd => {
+                        etcd_create(&mut c, &format!("{run}-held-{j}"), &holder).await?
+                    }
+                };
+                if !ok {
+                    bail!("preload of lock {j} refused");
+                }
+                j += clients;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    eprintln!(
+        "  preloaded {count} held locks in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Holds `count` §4 project locks (long TTL) with `clients` concurrent acquirers; returns
+/// the rate achieved.
+pub async fn load_project_locks(
+    target: &Target,
+    count: usize,
+    clients: usize,
+    ttl: u64,
+) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let target = target.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = target.conn();
+            let token = uuid::Uuid::new_v4().to_string();
+            let mut j = i;
+            while j < count {
+                let key = format!("mem-{j}");
+                match rl_lease(&mut c, Method::POST, &key, &token, ttl).await {
+                    Ok(StatusCode::OK) => j += clients,
+                    Ok(s) if s.is_server_error() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Ok(s) => bail!("acquire {key}: HTTP {s}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(count as f64 / t.elapsed().as_secs_f64())
+}
