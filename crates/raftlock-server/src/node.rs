@@ -56,6 +56,9 @@ impl Node {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
             max_in_snapshot_log_to_keep: 1000,
             install_snapshot_timeout: 10_000,
+            // With at most MAX_BATCH ops per entry this keeps one append well under the
+            // peers' 256 MiB RPC body limit, even for a follower catching up.
+            max_payload_entries: 32,
             ..Default::default()
         }
         .validate()?;

@@ -13,8 +13,9 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::node::{wall_clock, Unavailable};
 
-/// Most ops in one log entry; bounds entry size and apply latency.
-const MAX_BATCH: usize = 1024;
+/// Most ops in one log entry; bounds entry size (an op carries at most ~13 KB of names and
+/// metadata, so an entry stays under ~3.5 MB) and apply latency.
+pub const MAX_BATCH: usize = 256;
 /// Batches proposed concurrently.
 ///
 /// Two, not more: openraft 0.9's core appends (and fsyncs) one `client_write` entry at a time
@@ -45,13 +46,18 @@ impl Proposer {
     /// Proposes `op` and waits (bounded) for its outcome.
     pub async fn propose(&self, op: Op) -> Result<Outcome, Unavailable> {
         let (tx, rx) = oneshot::channel();
-        self.queue
-            .send((op, tx))
-            .await
-            .map_err(|_| Unavailable("node is shutting down".into()))?;
-        match tokio::time::timeout(self.timeout + Duration::from_millis(100), rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Unavailable("proposal dropped".into())),
+        // One bound for queueing and committing: the caller gets its 503 within the commit
+        // timeout even when the queue is full.
+        let call = async {
+            self.queue
+                .send((op, tx))
+                .await
+                .map_err(|_| Unavailable("node is shutting down".into()))?;
+            rx.await
+                .unwrap_or_else(|_| Err(Unavailable("proposal dropped".into())))
+        };
+        match tokio::time::timeout(self.timeout + Duration::from_millis(100), call).await {
+            Ok(result) => result,
             Err(_) => Err(Unavailable("not committed in time".into())),
         }
     }
@@ -75,6 +81,12 @@ async fn run(
                 Ok(item) => batch.push(item),
                 Err(_) => break,
             }
+        }
+        // A caller that already answered 503 (it waited for a slot past its timeout) must not
+        // see its operation take effect afterwards: drop it before it is proposed.
+        batch.retain(|(_, reply)| !reply.is_closed());
+        if batch.is_empty() {
+            continue;
         }
         let raft = raft.clone();
         tokio::spawn(async move {
