@@ -69,6 +69,32 @@ fn snap_read(e: &dyn std::error::Error) -> StorageError {
     StorageIOError::read_snapshot(None, openraft::AnyError::error(e)).into()
 }
 
+/// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
+/// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
+/// snapshot of another layout with a clear error rather than misread it.
+pub const STATE_FORMAT: u32 = 1;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Encodes the state prefixed with [`STATE_FORMAT`].
+fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
+    Ok(codec::encode(&(STATE_FORMAT, state))?)
+}
+
+/// Decodes a state written by [`encode_state`], refusing other layouts.
+fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
+    let format: u32 = codec::decode(bytes)?;
+    if format != STATE_FORMAT {
+        return Err(format!(
+            "snapshot has state format {format}, this binary reads format {STATE_FORMAT}; \
+             upgrade every node to a release that can convert it"
+        )
+        .into());
+    }
+    let (_, state): (u32, SmData) = codec::decode(bytes)?;
+    Ok(state)
+}
+
 impl Shared {
     fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StorageError> {
         let Some(bytes) = self.snapshots.get(KEY_CURRENT).map_err(|e| snap_read(&e))? else {
@@ -116,7 +142,7 @@ impl StateMachineStore {
             snapshots,
         };
         if let Some(snap) = shared.read_snapshot()? {
-            let mut data: SmData = codec::decode(&snap.data)?;
+            let mut data = decode_state(&snap.data).map_err(|e| anyhow::anyhow!(e))?;
             data.last_applied = snap.meta.last_log_id;
             data.last_membership = snap.meta.last_membership;
             shared.publish_applied(data.last_applied.as_ref());
@@ -148,7 +174,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // Encode under the read lock (no await inside): apply waits for at most one encode.
         let (data, meta) = {
             let state = self.shared.state.read().unwrap_or_else(|p| p.into_inner());
-            let data = codec::encode(&*state).map_err(|e| sm_read(&e))?;
+            let data = encode_state(&state).map_err(|e| sm_read(&*e))?;
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
@@ -223,7 +249,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
-        let mut data: SmData = codec::decode(&bytes).map_err(|e| snap_read(&e))?;
+        let mut data = decode_state(&bytes).map_err(|e| snap_read(&*e))?;
         // The metadata is authoritative for where the snapshot puts this node.
         data.last_applied = meta.last_log_id;
         data.last_membership = meta.last_membership.clone();
@@ -244,5 +270,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_other_formats_are_refused() {
+        let state = SmData::default();
+        let bytes = encode_state(&state).unwrap();
+        assert_eq!(decode_state(&bytes).unwrap().machine, state.machine);
+        let foreign = codec::encode(&(STATE_FORMAT + 1, &state)).unwrap();
+        let err = decode_state(&foreign).unwrap_err().to_string();
+        assert!(err.contains("state format"), "{err}");
     }
 }
