@@ -51,3 +51,43 @@ async fn over_the_limit_answers_429_with_retry_after() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn hierarchical_routes_have_their_own_limit_off_by_default() -> anyhow::Result<()> {
+    let cluster = Cluster::start(1).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let api = Locks::new(&cluster, 1, &key);
+    for _ in 0..30 {
+        assert_eq!(
+            api.rpc("ListNamespaces", json!({})).await?.status,
+            200,
+            "off by default"
+        );
+    }
+    let patch = cluster
+        .http
+        .patch(cluster.url(1, "/admin/v1/projects/acme"))
+        .bearer_auth(&cluster.platform)
+        .json(&json!({ "hier_ops_per_minute": 5 }))
+        .send()
+        .await?;
+    assert_eq!(patch.status().as_u16(), 200);
+    let mut limited = None;
+    for i in 0..11 {
+        let a = api.rpc("ListNamespaces", json!({})).await?;
+        if a.status == 429 {
+            limited = Some((i, a));
+            break;
+        }
+    }
+    let (count, a) = limited.expect("the §5 limit was enforced");
+    assert!((5..=10).contains(&count), "first 429 after {count} calls");
+    assert_eq!(a.code(), "resource_exhausted");
+    assert!(a.headers.contains_key("retry-after"));
+    assert_eq!(
+        api.read("k").await?.status,
+        200,
+        "§4 routes count separately"
+    );
+    Ok(())
+}
