@@ -132,13 +132,8 @@ impl ProjectLocks {
                 if t >= cur.expires_at || t >= cur.deadline {
                     return Err(CoreError::OwnershipLost);
                 }
-                let lease = ProjectLease {
-                    expires_at: (t + ttl).min(cur.deadline),
-                    ..cur.clone()
-                };
-                let answer = (lease.expires_at, lease.fencing_token);
-                self.put(project, key, lease);
-                Ok(answer)
+                let lease = cur.clone();
+                Ok(self.extend(project, key, lease, t + ttl))
             }
             _ => {
                 let fencing_token = self.next_fencing_token;
@@ -149,11 +144,35 @@ impl ProjectLocks {
                     expires_at: t + ttl,
                     deadline: t + LEASE_DEADLINE,
                 };
-                let answer = (lease.expires_at, lease.fencing_token);
-                self.put(project, key, lease);
-                Ok(answer)
+                Ok(self.store(project, key, lease))
             }
         }
+    }
+
+    /// Sets an existing lease's expiry to `min(until, deadline)` (absolute, not additive).
+    fn extend(
+        &mut self,
+        project: &str,
+        key: &str,
+        lease: ProjectLease,
+        until: Nanos,
+    ) -> (Nanos, u64) {
+        let expires_at = until.min(lease.deadline);
+        self.store(
+            project,
+            key,
+            ProjectLease {
+                expires_at,
+                ..lease
+            },
+        )
+    }
+
+    /// Stores the lease and returns what acquire/renew answer: (expires_at, fencing token).
+    fn store(&mut self, project: &str, key: &str, lease: ProjectLease) -> (Nanos, u64) {
+        let answer = (lease.expires_at, lease.fencing_token);
+        self.put(project, key, lease);
+        answer
     }
 
     /// §4 renew: only the current token, only while live.
@@ -170,13 +189,8 @@ impl ProjectLocks {
         let ttl = ttl_seconds as Nanos * SECOND;
         match self.get(project, key) {
             Some(cur) if cur.token == token && t < cur.expires_at => {
-                let lease = ProjectLease {
-                    expires_at: (t + ttl).min(cur.deadline),
-                    ..cur.clone()
-                };
-                let answer = (lease.expires_at, lease.fencing_token);
-                self.put(project, key, lease);
-                Ok(answer)
+                let lease = cur.clone();
+                Ok(self.extend(project, key, lease, t + ttl))
             }
             _ => Err(CoreError::OwnershipLost),
         }
