@@ -21,6 +21,23 @@ async fn setup() -> anyhow::Result<(Cluster, Locks)> {
     Ok((cluster, api))
 }
 
+/// Length of the replicated waiter queue, from the leader's `raftlock_queued_waiters` gauge.
+async fn queued_waiters(cluster: &Cluster) -> Option<u64> {
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await.ok()?;
+    let metrics = cluster
+        .http
+        .get(cluster.url(leader, "/metrics"))
+        .send()
+        .await
+        .ok()?;
+    let text = metrics.text().await.ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("raftlock_queued_waiters "))?;
+    let value: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(value as u64)
+}
+
 async fn lease(api: &Locks, process: &str, ttl: u64) -> anyhow::Result<String> {
     let r = api
         .rpc(
@@ -127,7 +144,7 @@ async fn path_rules_and_diagnostics() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_blocked_acquire_through_a_follower_wakes_on_release() -> anyhow::Result<()> {
-    let (_c, api) = setup().await?;
+    let (cluster, api) = setup().await?;
     let holder = lease(&api, "holder", 60).await?;
     let waiter = lease(&api, "waiter", 60).await?;
     assert_eq!(
@@ -141,8 +158,13 @@ async fn a_blocked_acquire_through_a_follower_wakes_on_release() -> anyhow::Resu
         let r = acquire(&api2, &w, "jobs/x", true, 30).await;
         (r, Instant::now())
     });
-    // Make sure the waiter is really blocked before releasing.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Release only once the waiter is in the replicated queue (the leader's gauge says so).
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the waiter to be queued",
+        || async { (queued_waiters(&cluster).await? == 1).then_some(()) },
+    )
+    .await?;
     assert!(
         !waiting.is_finished(),
         "the waiter must block while the lock is held"
@@ -352,16 +374,7 @@ async fn a_waiting_call_survives_a_leader_kill() -> anyhow::Result<()> {
     raftlock_tests::eventually(
         Duration::from_secs(5),
         "the waiter to be queued",
-        || async {
-            let probe = api
-                .rpc(
-                    "GetLock",
-                    json!({ "namespace_name": "UserObjects", "lock_name": "w" }),
-                )
-                .await
-                .ok()?;
-            (probe.status == 200).then_some(())
-        },
+        || async { (queued_waiters(&cluster).await? == 1).then_some(()) },
     )
     .await?;
     cluster.kill(leader);
