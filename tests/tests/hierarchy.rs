@@ -611,3 +611,66 @@ async fn every_validation_limit_is_invalid_argument_naming_the_field() -> anyhow
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_waiting_call_moves_on_when_its_leader_is_cut_off() -> anyhow::Result<()> {
+    use raftlock_tests::proxy::Rule;
+    let cluster = Cluster::start_behind_proxy(3, &[]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let api = Locks::new(&cluster, follower, &key);
+    let ns = api
+        .rpc("CreateNamespace", json!({ "name": "UserObjects" }))
+        .await?;
+    assert_eq!(ns.status, 200);
+    let holder = lease(&api, "holder", 120).await?;
+    let waiter = lease(&api, "waiter", 120).await?;
+    assert_eq!(
+        acquire(&api, &holder, "p", true, 0).await?["outcome"],
+        "ACQUIRE_OUTCOME_ACQUIRED"
+    );
+    let (api_w, w_id) = (api.clone(), waiter.clone());
+    let waiting = tokio::spawn(async move { acquire(&api_w, &w_id, "p", true, 60).await });
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the waiter to be queued",
+        || async { (queued_waiters(&cluster).await? == 1).then_some(()) },
+    )
+    .await?;
+
+    // Cut the leader off from both peers; it stays alive and keeps the forwarded call.
+    let cut_at = Instant::now();
+    cluster
+        .proxy()
+        .expect("proxied cluster")
+        .isolate(leader, &cluster.ids(), Rule::Drop);
+    raftlock_tests::eventually(
+        Duration::from_secs(10),
+        "a new leader on the majority side",
+        || async {
+            let l = cluster.view(follower).await?["leader"].as_u64()?;
+            (l != leader).then_some(())
+        },
+    )
+    .await?;
+    let release = json!({ "namespace_name": "UserObjects", "lock_name": "p", "lease_id": holder });
+    raftlock_tests::eventually(
+        Duration::from_secs(10),
+        "the release on the new leader",
+        || async {
+            (api.rpc("ReleaseLock", release.clone()).await.ok()?.status == 200).then_some(())
+        },
+    )
+    .await?;
+    let r = tokio::time::timeout(Duration::from_secs(20), waiting).await???;
+    assert_eq!(r["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{r}");
+    let waited = cut_at.elapsed();
+    println!("waiter granted {waited:?} after its leader was cut off");
+    assert!(
+        waited < Duration::from_secs(20),
+        "the call went on with the new leader, not at its 60 s deadline"
+    );
+    cluster.proxy().unwrap().heal();
+    Ok(())
+}

@@ -158,7 +158,14 @@ async fn forward_blocking_acquire(
     ];
     let mut addr = first_addr.to_string();
     loop {
-        let result = send(node, &out, &addr, 1, &extra, d).await;
+        // A leader that is cut off but alive keeps the call until the deadline; as soon as
+        // this node learns of another leader, abandon that attempt and go on there.
+        let result = tokio::select! {
+            r = send(node, &out, &addr, 1, &extra, d) => r,
+            _ = leader_moved_from(node, &addr) => {
+                Err(ApiError::unavailable(d, "the leader changed while waiting"))
+            }
+        };
         let retry = match &result {
             Ok(resp) => resp.status() == StatusCode::SERVICE_UNAVAILABLE,
             Err(_) => true,
@@ -172,6 +179,20 @@ async fn forward_blocking_acquire(
         match node.wait_for_leader().await {
             Some((_, leader_addr)) => addr = leader_addr,
             None => continue,
+        }
+    }
+}
+
+/// Resolves once this node knows a leader at an address other than `addr`.
+async fn leader_moved_from(node: &SharedNode, addr: &str) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        if node.leader().is_some_and(|(_, a)| a != addr) {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            // Raft stopped: never resolve; the send itself will fail or time out.
+            std::future::pending::<()>().await;
         }
     }
 }

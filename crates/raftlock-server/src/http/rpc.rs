@@ -415,6 +415,12 @@ impl Call {
                 }
                 (WaitState::Dropped, _) => return Ok(None),
             }
+            if !self.node.is_leader() {
+                // A deposed leader's applied state stops moving: answer 503 now, so the
+                // forwarding follower (or the client) goes on with the new leader, where the
+                // same waiter id keeps its place, instead of learning it at the deadline.
+                return Err(ApiError::unavailable(D, "leadership lost while waiting"));
+            }
             if tokio::time::timeout_at(deadline, applied.changed())
                 .await
                 .is_err()
