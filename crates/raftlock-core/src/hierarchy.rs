@@ -459,6 +459,12 @@ impl Namespace {
         self.leases.get(lease_id)?.holds.get(name).copied()
     }
 
+    /// Whether `lease_id` holds `name` in the requested mode or a stronger one (an exclusive
+    /// hold satisfies a shared request): what a granted waiter looks like.
+    fn holds_mode(&self, lease_id: &str, name: &str, exclusive: bool) -> bool {
+        self.holds(lease_id, name).is_some_and(|x| x || !exclusive)
+    }
+
     /// The UNAVAILABLE answer with current diagnostics (PEER when only the queue is ahead).
     fn unavailable(&self, lease_id: &str, name: &str, exclusive: bool, t: Nanos) -> AcquireReply {
         let (reason, blocking_locks) = self
@@ -1068,10 +1074,7 @@ impl Hierarchy {
         if !ns.lease_live(lease_id, t) {
             return Err(lease_not_found());
         }
-        if ns
-            .holds(lease_id, lock_name)
-            .is_some_and(|x| x || !exclusive)
-        {
+        if ns.holds_mode(lease_id, lock_name, exclusive) {
             return Ok(AcquireReply {
                 lock: ns.lock_view(lock_name, t),
                 outcome: AcquireOutcome::Acquired,
@@ -1103,10 +1106,7 @@ impl Hierarchy {
         if ns.is_queued(lock_name, waiter_id) {
             return Ok(WaitState::Queued);
         }
-        if ns
-            .holds(lease_id, lock_name)
-            .is_some_and(|x| x || !exclusive)
-        {
+        if ns.holds_mode(lease_id, lock_name, exclusive) {
             return Ok(WaitState::Granted);
         }
         Ok(WaitState::Dropped)

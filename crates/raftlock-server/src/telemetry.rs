@@ -67,17 +67,16 @@ pub fn refresh_gauges(node: &Node) {
     );
     metrics::gauge!("raftlock_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
     metrics::gauge!("raftlock_raft_commit_index")
-        .set(crate::http::admin::node_commit_index(node).unwrap_or(0) as f64);
+        .set(crate::http::admin::commit_index(&m, node.config.node_id).unwrap_or(0) as f64);
     metrics::gauge!("raftlock_raft_applied_index")
         .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
-    let (locks, namespaces, leases, held) = node.read_local(|sm, _| {
-        let (n, l, h) = sm.hierarchy().totals();
-        (sm.project_lock_count(), n, l, h)
+    let (locks, (namespaces, leases, held), queued) = node.read_local(|sm, _| {
+        let h = sm.hierarchy();
+        (sm.project_lock_count(), h.totals(), h.waiter_count())
     });
     metrics::gauge!("raftlock_project_locks").set(locks as f64);
     metrics::gauge!("raftlock_namespaces").set(namespaces as f64);
     metrics::gauge!("raftlock_lock_leases").set(leases as f64);
     metrics::gauge!("raftlock_hierarchical_locks_held").set(held as f64);
-    let queued = node.read_local(|sm, _| sm.hierarchy().waiter_count());
     metrics::gauge!("raftlock_queued_waiters").set(queued as f64);
 }

@@ -336,7 +336,7 @@ pub fn cluster_view(node: &Node) -> Value {
         "node_id": node.config.node_id,
         "leader": m.current_leader,
         "term": m.current_term,
-        "commit_index": node_commit_index(node).unwrap_or(0),
+        "commit_index": commit_index(&m, node.config.node_id).unwrap_or(0),
         "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0),
         "last_log_index": m.last_log_index.unwrap_or(0),
         "state": format!("{:?}", m.state),
@@ -387,18 +387,17 @@ async fn cluster_status(
         .into_response())
 }
 
-/// The quorum-acknowledged log index as seen by this node (the applied index off the leader).
-pub fn node_commit_index(node: &Node) -> Option<u64> {
+/// The quorum-acknowledged log index as seen by node `me` (the applied index off the leader).
+pub fn commit_index(m: &raftlock_raft::RaftMetrics, me: u64) -> Option<u64> {
     // openraft 0.9 does not expose the commit index in metrics; the applied index trails it
     // by at most the entries being applied right now, and the leader's replication metrics
     // give the quorum-acknowledged index.
-    let m = node.raft.metrics().borrow().clone();
     match &m.replication {
         Some(repl) => {
             let membership = m.membership_config.membership();
             let mut matched: Vec<u64> = membership
                 .voter_ids()
-                .map(|id| match id == node.config.node_id {
+                .map(|id| match id == me {
                     true => m.last_log_index.unwrap_or(0),
                     false => repl
                         .get(&id)

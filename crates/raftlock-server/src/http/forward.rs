@@ -99,11 +99,7 @@ async fn forward(
     // suite: a forwarded AcquireLock to a leader that accepts connections but never
     // answers — paused, or behind a blackholed link — hung for the 305 s maximum even with
     // `timeout_seconds: 0`, instead of answering 503 within the commit bound).
-    let may_wait = if blocking {
-        Duration::from_secs(blocking_timeout(&body))
-    } else {
-        Duration::ZERO
-    };
+    let wait_secs = if blocking { blocking_timeout(&body) } else { 0 };
     let out = Outgoing {
         method: parts.method,
         path: parts
@@ -114,14 +110,12 @@ async fn forward(
             .to_string(),
         headers: parts.headers,
         body,
-        timeout: may_wait + 2 * node.config.commit_timeout + Duration::from_millis(500),
+        timeout: Duration::from_secs(wait_secs)
+            + 2 * node.config.commit_timeout
+            + Duration::from_millis(500),
     };
-    let wait_secs = if blocking && hops == 1 {
-        blocking_timeout(&out.body)
-    } else {
-        0
-    };
-    if wait_secs == 0 {
+    // Only the first hop manages retries across leader changes.
+    if wait_secs == 0 || hops != 1 {
         return send(node, &out, addr, hops, &[], d).await;
     }
     forward_blocking_acquire(node, out, addr, wait_secs, d).await

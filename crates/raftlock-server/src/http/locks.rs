@@ -63,13 +63,7 @@ fn lock_token(headers: &HeaderMap) -> Result<u128, ApiError> {
 
 /// Authenticates and counts the request; returns the caller's project.
 fn admit(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiError> {
-    let project = auth::lock_caller(node, headers, D)?;
-    let (limit, _) = node.read_local(|sm, _| sm.rate_limits(&project));
-    if let Err(retry_after) = node.admit(&project, limit) {
-        metrics::counter!("raftlock_rate_limited_total", "api" => "locks").increment(1);
-        return Err(ApiError::rate_limited(D, retry_after));
-    }
-    Ok(project)
+    auth::admit(node, headers, D)
 }
 
 /// The `{key}` path segment; a malformed one (bad percent-encoding) is a JSON 400 too.

@@ -111,12 +111,7 @@ async fn dispatch(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let project = auth::lock_caller(&node, &headers, D)?;
-    let (_, limit) = node.read_local(|sm, _| sm.rate_limits(&project));
-    if let Err(retry_after) = node.admit(&format!("{project}#hier"), limit) {
-        metrics::counter!("raftlock_rate_limited_total", "api" => "hierarchy").increment(1);
-        return Err(ApiError::rate_limited(D, retry_after));
-    }
+    let project = auth::admit(&node, &headers, D)?;
     let bytes = body::read(b, D).await?;
     let ctx = WaitContext::from_headers(&headers);
     let call = Call { node, project };
