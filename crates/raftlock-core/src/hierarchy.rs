@@ -1068,11 +1068,18 @@ impl Hierarchy {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
         let ns = self.ns_mut(project, namespace)?;
-        if ns.remove_waiter(lock_name, waiter_id) {
-            ns.pump(lock_name, t);
-        }
+        // Refuse before touching anything: a refused command changes nothing. (An expired
+        // lease's waiters already left with it.)
         if !ns.lease_live(lease_id, t) {
             return Err(lease_not_found());
+        }
+        // Only the caller's own waiter may be cancelled, whatever id it names.
+        let owned = ns.waiters.get(lock_name).is_some_and(|q| {
+            q.iter()
+                .any(|w| w.id == waiter_id && w.lease_id == lease_id)
+        });
+        if owned && ns.remove_waiter(lock_name, waiter_id) {
+            ns.pump(lock_name, t);
         }
         if ns.holds_mode(lease_id, lock_name, exclusive) {
             return Ok(AcquireReply {

@@ -284,3 +284,21 @@ fn grants_from_the_queue_respect_the_lock_quota() {
         LockState::Unlocked
     );
 }
+
+#[test]
+fn a_cancel_touches_only_the_callers_own_waiter_and_a_refused_one_changes_nothing() {
+    let mut h = setup(&["a", "b", "c"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
+    let before = h.clone();
+    // Another lease naming b's waiter id, and an unknown lease: neither removes it.
+    let other = h.cancel_wait(P, NS, "x", "c", true, "wb", s(2)).unwrap();
+    assert_eq!(other.outcome, AcquireOutcome::TimedOut);
+    assert_eq!(state(&h, "b", "x", true, "wb", s(2)), WaitState::Queued);
+    assert_eq!(
+        h.cancel_wait(P, NS, "x", "nope", true, "wb", s(2)),
+        Err(CoreError::NotFound("lease".into()))
+    );
+    assert_eq!(h, before, "nothing changed");
+    h.check_invariants().unwrap();
+}
