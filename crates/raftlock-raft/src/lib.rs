@@ -2,14 +2,18 @@
 //!
 //! Replication and storage for raftlock: it turns the deterministic
 //! [`raftlock_core::StateMachine`] into a replicated one with [openraft](openraft), keeps the
-//! Raft log, vote and snapshots durable in one sled database, and carries peer RPCs over HTTP.
-//! Every byte format (log entries, vote, snapshots, RPC bodies) goes through
-//! [`raftlock_core::codec`], so the encoding is decided in one place.
+//! Raft log, vote and snapshots durable in the node's data directory (every acknowledged write
+//! is `fdatasync`'d first), and carries peer RPCs over HTTP. Every byte format (log entries,
+//! vote, snapshots, RPC bodies, checksummed frames) goes through [`raftlock_core::codec`], so
+//! the encoding is decided in one place.
 //!
 //! ## Layout
 //! - [`typ`]: the openraft [`TypeConfig`] and aliases ([`Raft`], [`RaftError`], ...).
-//! - [`store`]: [`open`], which opens the sled database shared by both stores.
-//! - [`log_store`]: [`LogStore`], the durable Raft log and vote.
+//! - [`store`]: [`open`], which locks the data directory and opens both stores.
+//! - [`fs`]: the file operations storage is built from, and their durability contract.
+//! - [`wal`]: the segmented write-ahead log and its crash recovery.
+//! - [`checked_file`]: atomically replaced, checksummed one-value files (vote, snapshot).
+//! - [`log_store`]: [`LogStore`], openraft's log storage over the WAL and the vote file.
 //! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
 //!   builds and persists snapshots, and exposes the applied state to readers.
 //! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
@@ -19,18 +23,28 @@
 // boxing them in our helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod checked_file;
 pub mod config;
+pub mod error;
+pub mod fs;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;
 pub mod store;
 pub mod typ;
+pub mod wal;
+
+#[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
+mod sim_fs;
 
 pub use config::recommended_config;
+pub use error::StoreError;
 pub use log_store::LogStore;
 pub use network::{
     internal_router, Network, NetworkConnection, CLUSTER_SECRET_HEADER, SOURCE_HEADER,
 };
 pub use state_machine::{SharedState, SmData, StateMachineStore};
-pub use store::{open, open_with_limits};
+pub use store::{open, open_in, open_with_limits};
 pub use typ::*;

@@ -1,112 +1,108 @@
-//! The durable Raft log and vote, in sled.
+//! The durable Raft log and vote: openraft's [`RaftLogStorage`] over the [`Wal`] and a vote
+//! file.
 //!
-//! Trees of the shared database:
-//! - `logs`: key = big-endian `u64` index (so sled's byte order is index order), value = the
-//!   codec-encoded [`Entry`].
-//! - `meta`: the vote, the committed log id and the last purged log id, each codec-encoded.
+//! Entries are kept in memory as well as in the WAL (the log between two snapshots is small),
+//! so replication tasks read them without touching the disk and without waiting for the sync
+//! of the batch being written. Every change is synced before openraft hears it is done:
+//! - `append`: one WAL frame and one `fdatasync` per batch, then the callback;
+//! - `truncate`, `purge`: one WAL frame each, synced before returning;
+//! - `save_vote`: the `vote` file replaced atomically (temp file, sync, rename, directory sync)
+//!   before returning, so a node never forgets whom it voted for in a term.
 //!
-//! Raft's safety rests on the log and the vote surviving a crash once acknowledged, so an
-//! append is reported complete only after a flush, and a vote is saved with a flush before
-//! openraft may answer the candidate.
+//! The committed log id is not synced on its own: it rides in the next frame, which is enough
+//! for openraft (on restart it re-applies up to the last committed id it finds, and learns the
+//! rest from the leader).
 
 use std::fmt::Debug;
-use std::ops::{Bound, RangeBounds};
+use std::fs::File;
+use std::ops::RangeBounds;
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, StorageIOError};
-use raftlock_core::codec;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
+use crate::checked_file;
+use crate::error::StoreError;
+use crate::fs::Dir;
 use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::wal::{LogContents, PendingFrame, Wal, WalOpRef};
 
-const LOGS_TREE: &str = "logs";
-const META_TREE: &str = "meta";
-const KEY_VOTE: &[u8] = b"vote";
-const KEY_COMMITTED: &[u8] = b"committed";
-const KEY_LAST_PURGED: &[u8] = b"last_purged";
+/// Name of the vote file in the data directory.
+pub const VOTE_FILE: &str = "vote";
+const VOTE_MAGIC: &[u8; 8] = b"RLVOTE01";
 
-/// The sled-backed Raft log. Cloning is cheap (sled handles are reference counted), and a
-/// clone is what openraft gets as its [`RaftLogReader`] for replication tasks.
+/// The Raft log store. Cloning is cheap; a clone is what openraft gets as its
+/// [`RaftLogReader`] for replication tasks.
 #[derive(Clone)]
 pub struct LogStore {
-    db: sled::Db,
-    logs: sled::Tree,
-    meta: sled::Tree,
+    inner: Arc<Inner>,
 }
 
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
+struct Inner {
+    /// The data directory, for the vote file.
+    dir: Arc<dyn Dir>,
+    /// What readers see: every appended entry, including those whose sync is in flight
+    /// (openraft may replicate an entry while the leader is still syncing it).
+    mem: RwLock<LogContents>,
+    /// The files. Held for the whole write + sync, which serializes disk writes in call order.
+    wal: Mutex<Wal>,
+    /// The last vote saved.
+    vote: Mutex<Option<Vote>>,
+    /// Holds the data directory's lock file open (and locked) for as long as the store lives.
+    _dir_lock: Option<File>,
 }
 
-fn map_bound(b: Bound<&u64>) -> Bound<[u8; 8]> {
-    match b {
-        Bound::Included(i) => Bound::Included(index_key(*i)),
-        Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
-        Bound::Unbounded => Bound::Unbounded,
-    }
+fn write_logs_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_logs(openraft::AnyError::error(e.to_string())).into()
 }
 
 impl LogStore {
-    /// Opens the log trees of `db` (see [`crate::open`]).
-    pub fn new(db: sled::Db) -> anyhow::Result<Self> {
-        let logs = db.open_tree(LOGS_TREE)?;
-        let meta = db.open_tree(META_TREE)?;
-        Ok(LogStore { db, logs, meta })
+    /// Replays the WAL and loads the vote from `dir`. `dir_lock` is kept open with the store.
+    pub fn open(
+        dir: Arc<dyn Dir>,
+        segment_bytes: u64,
+        dir_lock: Option<File>,
+    ) -> Result<Self, StoreError> {
+        let (wal, contents) = Wal::open(dir.clone(), segment_bytes)?;
+        let vote = checked_file::load::<Vote>(&*dir, VOTE_FILE, VOTE_MAGIC)?;
+        Ok(LogStore {
+            inner: Arc::new(Inner {
+                dir,
+                mem: RwLock::new(contents),
+                wal: Mutex::new(wal),
+                vote: Mutex::new(vote),
+                _dir_lock: dir_lock,
+            }),
+        })
     }
 
-    fn read_meta<T: DeserializeOwned>(
-        &self,
-        key: &[u8],
-        err: fn(&dyn std::error::Error) -> StorageIOError<u64>,
-    ) -> Result<Option<T>, StorageError> {
-        let Some(bytes) = self.meta.get(key).map_err(|e| err(&e))? else {
-            return Ok(None);
-        };
-        let value = codec::decode(&bytes).map_err(|e| err(&e))?;
-        Ok(Some(value))
+    fn mem(&self) -> std::sync::RwLockReadGuard<'_, LogContents> {
+        self.inner.mem.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write_meta<T: Serialize>(
-        &self,
-        key: &[u8],
-        value: &T,
-        err: fn(&dyn std::error::Error) -> StorageIOError<u64>,
-    ) -> Result<(), StorageError> {
-        let bytes = codec::encode(value).map_err(|e| err(&e))?;
-        self.meta.insert(key, bytes).map_err(|e| err(&e))?;
-        Ok(())
+    fn mem_mut(&self) -> std::sync::RwLockWriteGuard<'_, LogContents> {
+        self.inner.mem.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn flush(
-        &self,
-        err: fn(&dyn std::error::Error) -> StorageIOError<u64>,
-    ) -> Result<(), StorageError> {
-        self.db.flush_async().await.map_err(|e| err(&e))?;
-        Ok(())
+    /// Writes `frame` and syncs it on a blocking thread.
+    async fn write_frame(&self, frame: PendingFrame) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut wal = inner.wal.lock().unwrap_or_else(|p| p.into_inner());
+            wal.write(&frame)
+        })
+        .await
+        .map_err(|e| StoreError::io("write-ahead log", std::io::Error::other(e)))?
     }
 
-    fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
-        let Some((_, bytes)) = self.logs.last().map_err(|e| read_logs(&e))? else {
-            return Ok(None);
-        };
-        let entry: Entry = codec::decode(&bytes).map_err(|e| read_logs(&e))?;
-        Ok(Some(entry.log_id))
+    /// The number of WAL segment files (for tests of segment rotation and deletion).
+    pub fn segment_count(&self) -> usize {
+        self.inner
+            .wal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .segment_count()
     }
-}
-
-// Error constructors with a uniform signature, so helpers above can take them as `fn` pointers.
-fn read_logs(e: &dyn std::error::Error) -> StorageIOError<u64> {
-    StorageIOError::read_logs(openraft::AnyError::error(e))
-}
-fn write_logs(e: &dyn std::error::Error) -> StorageIOError<u64> {
-    StorageIOError::write_logs(openraft::AnyError::error(e))
-}
-fn read_vote(e: &dyn std::error::Error) -> StorageIOError<u64> {
-    StorageIOError::read_vote(openraft::AnyError::error(e))
-}
-fn write_vote(e: &dyn std::error::Error) -> StorageIOError<u64> {
-    StorageIOError::write_vote(openraft::AnyError::error(e))
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -114,14 +110,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let range = (map_bound(range.start_bound()), map_bound(range.end_bound()));
-        self.logs
+        Ok(self
+            .mem()
+            .entries
             .range(range)
-            .map(|item| {
-                let (_, bytes) = item.map_err(|e| read_logs(&e))?;
-                codec::decode::<Entry>(&bytes).map_err(|e| read_logs(&e).into())
-            })
-            .collect()
+            .map(|(_, e)| e.clone())
+            .collect())
     }
 }
 
@@ -129,12 +123,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED, read_logs)?;
-        // With every entry purged the last log id is the last purged one.
-        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
+        let mem = self.mem();
         Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
+            last_purged_log_id: mem.last_purged,
+            last_log_id: mem.last_log_id(),
         })
     }
 
@@ -143,25 +135,33 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.write_meta(KEY_VOTE, vote, write_vote)?;
-        self.flush(write_vote).await
+        let inner = self.inner.clone();
+        let to_save = *vote;
+        tokio::task::spawn_blocking(move || {
+            checked_file::save(&*inner.dir, VOTE_FILE, VOTE_MAGIC, &to_save)
+        })
+        .await
+        .map_err(write_vote_err)?
+        .map_err(write_vote_err)?;
+        *self.inner.vote.lock().unwrap_or_else(|p| p.into_inner()) = Some(*vote);
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.read_meta(KEY_VOTE, read_vote)
+        Ok(*self.inner.vote.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Not flushed on its own: losing the latest committed id only delays re-applying entries
-    /// after a restart until the leader repeats it. It becomes durable with the next flush.
+    /// Kept in memory and written with the next frame (see the module doc).
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.write_meta(KEY_COMMITTED, &committed, write_logs)
+        let mut mem = self.mem_mut();
+        if committed > mem.committed {
+            mem.committed = committed;
+        }
+        Ok(())
     }
 
-    /// Lets openraft re-apply committed entries on start-up, on top of the latest snapshot.
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self
-            .read_meta::<Option<LogId>>(KEY_COMMITTED, read_logs)?
-            .flatten())
+        Ok(self.mem().committed)
     }
 
     async fn append<I>(
@@ -173,50 +173,46 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // One batch and one flush for everything openraft hands over at once, so concurrent
-        // client writes share a single fsync.
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let bytes = codec::encode(&entry).map_err(|e| write_logs(&e))?;
-            batch.insert(&index_key(entry.log_id.index), bytes);
-        }
-        self.logs.apply_batch(batch).map_err(|e| write_logs(&e))?;
-        match self.db.flush_async().await {
-            Ok(_) => {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let frame = {
+            let mut mem = self.mem_mut();
+            let frame = PendingFrame::new(mem.committed, &[WalOpRef::Append(&entries)])
+                .map_err(write_logs_err)?;
+            mem.append(entries).map_err(write_logs_err)?;
+            frame
+        };
+        match self.write_frame(frame).await {
+            Ok(()) => {
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }
             Err(e) => {
-                let err = write_logs(&e);
                 callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(err.into())
+                Err(write_logs_err(e))
             }
         }
     }
 
-    /// Removes the conflicting entries at and after `log_id`; flushed so a restart cannot
-    /// resurrect them next to entries appended later.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let mut batch = sled::Batch::default();
-        for item in self.logs.range(index_key(log_id.index)..) {
-            let (key, _) = item.map_err(|e| write_logs(&e))?;
-            batch.remove(key);
-        }
-        self.logs.apply_batch(batch).map_err(|e| write_logs(&e))?;
-        self.flush(write_logs).await
+        let frame = {
+            let mut mem = self.mem_mut();
+            mem.truncate_from(log_id.index);
+            PendingFrame::new(mem.committed, &[WalOpRef::TruncateFrom(log_id.index)])
+                .map_err(write_logs_err)?
+        };
+        self.write_frame(frame).await.map_err(write_logs_err)
     }
 
-    /// Drops entries up to and including `log_id`, which a persisted snapshot already covers.
-    /// The purge marker is written first, so a crash in between leaves extra entries rather
-    /// than a gap.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.write_meta(KEY_LAST_PURGED, &log_id, write_logs)?;
-        let mut batch = sled::Batch::default();
-        for item in self.logs.range(..=index_key(log_id.index)) {
-            let (key, _) = item.map_err(|e| write_logs(&e))?;
-            batch.remove(key);
-        }
-        self.logs.apply_batch(batch).map_err(|e| write_logs(&e))?;
-        self.flush(write_logs).await
+        let frame = {
+            let mut mem = self.mem_mut();
+            mem.purge(log_id);
+            PendingFrame::new(mem.committed, &[WalOpRef::Purge(log_id)]).map_err(write_logs_err)?
+        };
+        self.write_frame(frame).await.map_err(write_logs_err)
     }
+}
+
+fn write_vote_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_vote(openraft::AnyError::error(e.to_string())).into()
 }

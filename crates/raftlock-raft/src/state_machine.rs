@@ -3,12 +3,13 @@
 //! The applied state lives in memory behind a shared lock so the server can answer reads
 //! from it directly ([`StateMachineStore::shared`]) and wake waiters when the applied index
 //! moves ([`StateMachineStore::subscribe_applied`]). Durability comes from snapshots: the
-//! latest one is kept in the `snapshot` tree of the same sled database, and on start-up the
-//! machine is restored from it while openraft re-applies the committed log after it.
+//! latest one is the `snapshot` file of the data directory (a checked file: magic, format,
+//! checksum, replaced atomically), and on start-up the machine is restored from it while
+//! openraft re-applies the committed log after it.
 
 use std::io::Cursor;
 use std::sync::{Arc, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -16,12 +17,16 @@ use raftlock_core::{codec, Limits, Outcome, StateMachine};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::checked_file;
+use crate::error::StoreError;
+use crate::fs::Dir;
 use crate::typ::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
-const SNAPSHOT_TREE: &str = "snapshot";
-const KEY_CURRENT: &[u8] = b"current";
+/// Name of the snapshot file in the data directory.
+pub const SNAPSHOT_FILE: &str = "snapshot";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"RLSNAP01";
 
 /// Everything a snapshot holds: the core machine plus what openraft needs to resume from it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +43,7 @@ pub struct SmData {
 /// takes the write lock for each batch of committed entries.
 pub type SharedState = Arc<RwLock<SmData>>;
 
-/// The snapshot kept in sled: its metadata and the codec-encoded [`SmData`].
+/// The snapshot kept on disk: its metadata and the codec-encoded [`SmData`].
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta,
@@ -50,8 +55,8 @@ struct StoredSnapshot {
 struct Shared {
     state: SharedState,
     applied_tx: Arc<watch::Sender<u64>>,
-    db: sled::Db,
-    snapshots: sled::Tree,
+    /// The data directory holding the snapshot file.
+    dir: Arc<dyn Dir>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -67,6 +72,9 @@ fn snap_write(meta: &SnapshotMeta, e: &dyn std::error::Error) -> StorageError {
 }
 fn snap_read(e: &dyn std::error::Error) -> StorageError {
     StorageIOError::read_snapshot(None, openraft::AnyError::error(e)).into()
+}
+fn join_err(e: tokio::task::JoinError) -> StoreError {
+    StoreError::io(SNAPSHOT_FILE, std::io::Error::other(e))
 }
 
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
@@ -96,24 +104,26 @@ fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
 }
 
 impl Shared {
-    fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StorageError> {
-        let Some(bytes) = self.snapshots.get(KEY_CURRENT).map_err(|e| snap_read(&e))? else {
-            return Ok(None);
-        };
-        Ok(Some(codec::decode(&bytes).map_err(|e| snap_read(&e))?))
+    fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StoreError> {
+        checked_file::load(&*self.dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC)
     }
 
-    /// Stores `snap` as the current snapshot and flushes, so the log before it may be purged.
-    async fn persist_snapshot(&self, snap: &StoredSnapshot) -> Result<(), StorageError> {
-        let bytes = codec::encode(snap).map_err(|e| snap_write(&snap.meta, &e))?;
-        self.snapshots
-            .insert(KEY_CURRENT, bytes)
-            .map_err(|e| snap_write(&snap.meta, &e))?;
-        self.db
-            .flush_async()
-            .await
-            .map_err(|e| snap_write(&snap.meta, &e))?;
-        Ok(())
+    /// Makes `snap` the current snapshot, durably (temp file, sync, rename, directory sync), so
+    /// the log before it may be purged.
+    async fn persist_snapshot(&self, snap: StoredSnapshot) -> Result<StoredSnapshot, StorageError> {
+        let dir = self.dir.clone();
+        let started = Instant::now();
+        let meta = snap.meta.clone();
+        let snap = tokio::task::spawn_blocking(move || {
+            checked_file::save(&*dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).map(|_| snap)
+        })
+        .await
+        .map_err(join_err)
+        .and_then(|r| r)
+        .map_err(|e| snap_write(&meta, &e))?;
+        metrics::histogram!("raftlock_snapshot_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(snap)
     }
 
     fn publish_applied(&self, last_applied: Option<&LogId>) {
@@ -127,10 +137,9 @@ impl Shared {
 }
 
 impl StateMachineStore {
-    /// Opens the snapshot tree of `db` and restores the machine from the latest snapshot, or
-    /// starts an empty machine with `limits` (see [`crate::open`]).
-    pub fn new(db: sled::Db, limits: Limits) -> anyhow::Result<Self> {
-        let snapshots = db.open_tree(SNAPSHOT_TREE)?;
+    /// Restores the machine from the snapshot file in `dir`, or starts an empty machine with
+    /// `limits` (see [`crate::open`]).
+    pub fn open(dir: Arc<dyn Dir>, limits: Limits) -> Result<Self, StoreError> {
         let (applied_tx, _) = watch::channel(0);
         let shared = Shared {
             state: Arc::new(RwLock::new(SmData {
@@ -138,11 +147,13 @@ impl StateMachineStore {
                 ..Default::default()
             })),
             applied_tx: Arc::new(applied_tx),
-            db,
-            snapshots,
+            dir,
         };
         if let Some(snap) = shared.read_snapshot()? {
-            let mut data = decode_state(&snap.data).map_err(|e| anyhow::anyhow!(e))?;
+            let mut data = decode_state(&snap.data).map_err(|e| StoreError::Foreign {
+                file: shared.dir.describe(SNAPSHOT_FILE),
+                reason: e.to_string(),
+            })?;
             data.last_applied = snap.meta.last_log_id;
             data.last_membership = snap.meta.last_membership;
             shared.publish_applied(data.last_applied.as_ref());
@@ -189,8 +200,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             };
             (data, meta)
         };
-        let stored = StoredSnapshot { meta, data };
-        self.shared.persist_snapshot(&stored).await?;
+        let stored = self
+            .shared
+            .persist_snapshot(StoredSnapshot { meta, data })
+            .await?;
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data)),
@@ -258,7 +271,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: meta.clone(),
             data: bytes,
         };
-        self.shared.persist_snapshot(&stored).await?;
+        self.shared.persist_snapshot(stored).await?;
         let last_applied = data.last_applied;
         *self.shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.shared.publish_applied(last_applied.as_ref());
@@ -266,7 +279,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self.shared.read_snapshot()?.map(|s| Snapshot {
+        let stored = self.shared.read_snapshot().map_err(|e| snap_read(&e))?;
+        Ok(stored.map(|s| Snapshot {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))

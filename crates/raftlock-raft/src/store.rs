@@ -1,39 +1,107 @@
-//! Opening the node's storage: one sled database holding the log, the vote and the snapshot.
+//! Opening a node's data directory: lock it, refuse what this release cannot read, and hand
+//! out both openraft stores.
 //!
-//! One database (rather than one per store) means one write-ahead log and one fsync covers
-//! everything written before it, and the data directory is a single unit to back up or wipe.
+//! Layout of a data directory:
+//! - `LOCK`: held with an exclusive `flock` while a node runs, so two processes never share
+//!   the files;
+//! - `wal-<seq>.log`: the write-ahead log segments (see [`crate::wal`]);
+//! - `vote`, `snapshot`: checked files (see [`crate::checked_file`]);
+//! - `*.tmp`: leftovers of an interrupted atomic write, removed here.
 
+use std::fs::{File, OpenOptions};
 use std::path::Path;
+use std::sync::Arc;
 
 use raftlock_core::Limits;
 
+use crate::error::StoreError;
+use crate::fs::{Dir, OsDir, TMP_SUFFIX};
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
+use crate::wal::DEFAULT_SEGMENT_BYTES;
 
-/// Opens (or creates) the database in `dir` and returns both openraft stores, the state
-/// machine already restored from the latest persisted snapshot. A fresh state machine uses
+const LOCK_FILE: &str = "LOCK";
+
+/// Opens (or creates) the data directory `dir` and returns both openraft stores, the state
+/// machine already restored from the latest snapshot. A fresh state machine uses
 /// [`Limits::default`].
 ///
-/// sled locks the directory: the previous stores (and the `Raft` that owns them) must be
-/// dropped before the same directory is opened again.
-pub fn open(dir: &Path) -> anyhow::Result<(LogStore, StateMachineStore)> {
+/// The directory stays locked until the returned log store (and the `Raft` that owns it) is
+/// dropped; opening it again before that fails.
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
     open_with_limits(dir, Limits::default())
 }
 
 /// Like [`open`], with the limits of a state machine that starts empty. Once a snapshot
 /// exists the limits come from it, since they are part of the replicated state.
 pub fn open_with_limits(
-    dir: &Path,
+    path: &Path,
     limits: Limits,
-) -> anyhow::Result<(LogStore, StateMachineStore)> {
-    // No periodic flush: durability comes from the explicit flush after every append, vote
-    // and snapshot, which is also when the callers are told the data is safe.
-    let db = sled::Config::new()
-        .path(dir)
-        .flush_every_ms(None)
-        .open()
-        .map_err(|e| anyhow::anyhow!("opening sled database at {}: {e}", dir.display()))?;
-    let log_store = LogStore::new(db.clone())?;
-    let sm_store = StateMachineStore::new(db, limits)?;
+) -> Result<(LogStore, StateMachineStore), StoreError> {
+    refuse_sled_layout(path)?;
+    let dir: Arc<dyn Dir> =
+        Arc::new(OsDir::open(path).map_err(|e| StoreError::io(path.display().to_string(), e))?);
+    let lock = lock_dir(path)?;
+    open_in(dir, limits, DEFAULT_SEGMENT_BYTES, Some(lock))
+}
+
+/// Opens both stores over any [`Dir`] (the simulated disk of the crash tests, or a real one).
+pub fn open_in(
+    dir: Arc<dyn Dir>,
+    limits: Limits,
+    segment_bytes: u64,
+    dir_lock: Option<File>,
+) -> Result<(LogStore, StateMachineStore), StoreError> {
+    remove_leftover_temp_files(&*dir)?;
+    let log_store = LogStore::open(dir.clone(), segment_bytes, dir_lock)?;
+    let sm_store = StateMachineStore::open(dir, limits)?;
     Ok((log_store, sm_store))
+}
+
+fn lock_dir(path: &Path) -> Result<File, StoreError> {
+    let lock_path = path.join(LOCK_FILE);
+    let name = lock_path.display().to_string();
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::io(&name, e))?;
+    file.try_lock().map_err(|e| {
+        StoreError::io(
+            &name,
+            std::io::Error::other(format!(
+                "the data directory is in use by another process ({e})"
+            )),
+        )
+    })?;
+    Ok(file)
+}
+
+fn remove_leftover_temp_files(dir: &dyn Dir) -> Result<(), StoreError> {
+    let names = dir
+        .list()
+        .map_err(|e| StoreError::io(dir.describe(""), e))?;
+    for name in names.iter().filter(|n| n.ends_with(TMP_SUFFIX)) {
+        dir.remove(name)
+            .map_err(|e| StoreError::io(dir.describe(name), e))?;
+    }
+    Ok(())
+}
+
+/// Releases up to 0.1 kept everything in a sled database, which never made writes durable
+/// (see docs/architecture.md). Its files cannot be trusted to hold every acknowledged write, so
+/// they are not migrated: the node refuses to start and says how to rejoin.
+fn refuse_sled_layout(path: &Path) -> Result<(), StoreError> {
+    if path.join("conf").is_file() && path.join("db").is_file() {
+        return Err(StoreError::Foreign {
+            file: path.display().to_string(),
+            reason: "this data directory was written by raftlock 0.1 (sled layout), which this \
+                     release does not read; move it aside and start the node with --join on an \
+                     empty directory to catch up from the leader (docs/operations.md, \
+                     \"Upgrading from 0.1\")"
+                .into(),
+        });
+    }
+    Ok(())
 }

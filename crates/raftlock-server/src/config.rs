@@ -194,9 +194,7 @@ impl ServeArgs {
             election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(400)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
-            log: a
-                .log
-                .unwrap_or_else(|| "info,openraft=warn,sled=warn".to_string()),
+            log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             clock_offset_ms: a.clock_offset_ms.unwrap_or(0),
             join: a.join,
         })

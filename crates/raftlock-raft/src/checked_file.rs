@@ -1,0 +1,78 @@
+//! Small files that hold one value each (the vote, the latest snapshot, the cluster identity):
+//! written atomically ([`write_atomically`]) and checksummed, so a reader gets the previous
+//! value or the new one, whole, and damage is reported instead of misread.
+//!
+//! Layout: an 8-byte magic naming what the file holds, a `u32` little-endian format number,
+//! then one [`codec::frame`] whose payload is the codec-encoded value.
+
+use raftlock_core::codec::{self, FrameRead};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::fs::{write_atomically, Dir};
+
+/// Format number of every checked file this release writes; bump it when a layout changes.
+pub const FILE_FORMAT: u32 = 1;
+
+const PREFIX_LEN: usize = 12;
+
+/// Writes `value` to `name`, durably and atomically.
+pub fn save<T: Serialize>(
+    dir: &dyn Dir,
+    name: &str,
+    magic: &[u8; 8],
+    value: &T,
+) -> Result<(), StoreError> {
+    let payload = codec::encode(value)
+        .map_err(|e| StoreError::corrupt(dir.describe(name), 0, e.to_string()))?;
+    let mut bytes = Vec::with_capacity(PREFIX_LEN + codec::FRAME_HEADER_LEN + payload.len());
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&FILE_FORMAT.to_le_bytes());
+    bytes.extend(codec::frame(&payload));
+    write_atomically(dir, name, &bytes).map_err(|e| StoreError::io(dir.describe(name), e))
+}
+
+/// Reads the value in `name`, `None` if the file does not exist. A file that exists but is not
+/// whole, not ours or not this format is an error naming it.
+pub fn load<T: DeserializeOwned>(
+    dir: &dyn Dir,
+    name: &str,
+    magic: &[u8; 8],
+) -> Result<Option<T>, StoreError> {
+    let file = dir.describe(name);
+    let Some(bytes) = dir.read(name).map_err(|e| StoreError::io(&file, e))? else {
+        return Ok(None);
+    };
+    if bytes.len() < PREFIX_LEN || &bytes[..8] != magic {
+        return Err(StoreError::Foreign {
+            file,
+            reason: format!(
+                "not a raftlock {} file (wrong magic)",
+                String::from_utf8_lossy(magic).trim()
+            ),
+        });
+    }
+    let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if format != FILE_FORMAT {
+        return Err(StoreError::Foreign {
+            file,
+            reason: format!(
+                "file format {format}, this release reads format {FILE_FORMAT}; run a release \
+                 that reads it"
+            ),
+        });
+    }
+    match codec::read_frame(&bytes, PREFIX_LEN) {
+        FrameRead::Frame { payload, next } if next == bytes.len() => codec::decode(payload)
+            .map(Some)
+            .map_err(|e| StoreError::corrupt(file, PREFIX_LEN as u64, e.to_string())),
+        FrameRead::Frame { next, .. } => Err(StoreError::corrupt(
+            file,
+            next as u64,
+            "trailing bytes after the value",
+        )),
+        FrameRead::End => Err(StoreError::corrupt(file, PREFIX_LEN as u64, "no value")),
+        FrameRead::Bad { reason, .. } => Err(StoreError::corrupt(file, PREFIX_LEN as u64, reason)),
+    }
+}

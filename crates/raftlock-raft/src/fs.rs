@@ -1,0 +1,153 @@
+//! The file operations durable storage is built from, behind a trait so that the same WAL and
+//! snapshot code runs over the real disk ([`OsDir`]) and, in tests, over a simulated disk that
+//! can lose power at any point (see `sim_fs`).
+//!
+//! The contract is the POSIX one, spelled out because everything else relies on it:
+//! - bytes written to a file are durable only after [`DirFile::sync`] returns (`fdatasync`);
+//!   before that a power cut may keep none, a prefix, or a scrambled part of them;
+//! - creating, renaming and removing names are durable only after [`Dir::sync`] (an `fsync`
+//!   of the directory itself);
+//! - [`Dir::rename`] replaces the target atomically: after a crash the name holds the old or
+//!   the new file, whole.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// One flat directory of files. Names are plain file names, never paths.
+pub trait Dir: Send + Sync + 'static {
+    /// The names in the directory, in no particular order.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// The whole content of `name`, or `None` if it does not exist.
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    /// Creates `name` empty (truncating it if it exists), open for appending.
+    fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>>;
+    /// Opens an existing `name` for appending at its end.
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>>;
+    /// Atomically replaces `to` with `from`.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes `name`; a missing file is not an error.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Makes every create, rename and remove so far durable (`fsync` of the directory).
+    fn sync(&self) -> io::Result<()>;
+    /// How to name `name` in an error message an operator reads (the full path on disk).
+    fn describe(&self, name: &str) -> String;
+}
+
+/// A file open for appending.
+pub trait DirFile: Send {
+    /// Appends `buf` at the end of the file (not yet durable).
+    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes everything appended so far durable (`fdatasync`).
+    fn sync(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes and makes the cut durable; later appends go at `len`.
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// A real directory on disk.
+pub struct OsDir {
+    /// The directory every name is relative to.
+    root: PathBuf,
+}
+
+impl OsDir {
+    /// Uses `root`, creating it (and its parents) when missing.
+    pub fn open(root: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(root)?;
+        Ok(OsDir {
+            root: root.to_path_buf(),
+        })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
+
+impl Dir for OsDir {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&self.root)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.path(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(self.path(name))?;
+        Ok(Box::new(OsFile { file }))
+    }
+
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
+        let file = OpenOptions::new().append(true).open(self.path(name))?;
+        Ok(Box::new(OsFile { file }))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.path(from), self.path(to))
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        match std::fs::remove_file(self.path(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        File::open(&self.root)?.sync_all()
+    }
+
+    fn describe(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+/// A real file opened by [`OsDir`].
+struct OsFile {
+    file: File,
+}
+
+impl DirFile for OsFile {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all(buf)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        // The file is in append mode, so later writes land at the new end by themselves.
+        self.file.set_len(len)?;
+        self.file.sync_all()
+    }
+}
+
+/// Writes `name` so that after any crash it holds either its previous content or `bytes`,
+/// whole: write a temporary file, sync it, rename it over `name`, sync the directory.
+pub fn write_atomically(dir: &dyn Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = format!("{name}{TMP_SUFFIX}");
+    let mut file = dir.create(&tmp)?;
+    file.append(bytes)?;
+    file.sync()?;
+    drop(file);
+    dir.rename(&tmp, name)?;
+    dir.sync()
+}
+
+/// Suffix of the temporary files [`write_atomically`] renames into place; leftovers of a crash
+/// are removed when the store opens.
+pub const TMP_SUFFIX: &str = ".tmp";

@@ -1,0 +1,279 @@
+//! A simulated disk for crash tests: it keeps what was written apart from what was synced, and
+//! [`SimDir::power_cut`] throws away what a real disk may lose when the power goes.
+//!
+//! What a power cut does, following the contract in [`crate::fs`]:
+//! - each file keeps its synced bytes; of the bytes appended since its last sync it keeps none,
+//!   a random prefix, or all of them with random pages zeroed or scrambled (torn and reordered
+//!   page writes);
+//! - of the creates, renames and removes since the last directory sync, a random prefix
+//!   survives (in order; a rename is atomic).
+//!
+//! Power can also fail *during* a run: after `fuel` mutating calls every call fails, like a
+//! machine that died in the middle of a write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use crate::fs::{Dir, DirFile};
+
+/// Bytes per simulated page: the unit a torn write keeps or loses.
+const PAGE: usize = 64;
+
+#[derive(Default)]
+struct Inode {
+    /// What reads see now.
+    data: Vec<u8>,
+    /// What survives a power cut for sure.
+    synced: Vec<u8>,
+}
+
+enum DirOp {
+    Link(String, u64),
+    Rename(String, String),
+    Unlink(String),
+}
+
+#[derive(Default)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    next_inode: u64,
+    /// The directory as reads see it.
+    names: BTreeMap<String, u64>,
+    /// The directory as of the last directory sync.
+    synced_names: BTreeMap<String, u64>,
+    /// Directory changes since the last directory sync.
+    pending: Vec<DirOp>,
+    /// Mutating calls left before the power fails; `None` means unlimited.
+    fuel: Option<u64>,
+}
+
+impl State {
+    /// Spends one unit of fuel; fails once the power is gone.
+    fn spend(&mut self) -> io::Result<()> {
+        match &mut self.fuel {
+            Some(0) => Err(io::Error::other("simulated power failure")),
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A simulated directory; clones share the same disk.
+#[derive(Clone, Default)]
+pub struct SimDir {
+    state: Arc<Mutex<State>>,
+}
+
+/// A small deterministic random source (splitmix64), so a failing case replays from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+impl SimDir {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets `fuel` more mutating calls succeed, then fails every call until [`Self::power_cut`].
+    pub fn fail_after(&self, fuel: u64) {
+        self.lock().fuel = Some(fuel);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loses power: keeps only what a real disk would be guaranteed or allowed to keep, then
+    /// comes back up with that as the (fully synced) content and unlimited fuel.
+    pub fn power_cut(&self, rng: &mut Rng) {
+        let mut st = self.lock();
+        let mut names = st.synced_names.clone();
+        let keep_ops = rng.below(st.pending.len() as u64 + 1) as usize;
+        for op in st.pending.drain(..).take(keep_ops) {
+            match op {
+                DirOp::Link(name, ino) => {
+                    names.insert(name, ino);
+                }
+                DirOp::Rename(from, to) => {
+                    if let Some(ino) = names.remove(&from) {
+                        names.insert(to, ino);
+                    }
+                }
+                DirOp::Unlink(name) => {
+                    names.remove(&name);
+                }
+            }
+        }
+        let mut inodes = HashMap::new();
+        for &ino in names.values() {
+            let inode = st.inodes.remove(&ino).unwrap_or_default();
+            let data = surviving_bytes(&inode, rng);
+            inodes.insert(
+                ino,
+                Inode {
+                    synced: data.clone(),
+                    data,
+                },
+            );
+        }
+        st.inodes = inodes;
+        st.synced_names = names.clone();
+        st.names = names;
+        st.fuel = None;
+    }
+}
+
+/// The bytes of a file after a power cut.
+fn surviving_bytes(inode: &Inode, rng: &mut Rng) -> Vec<u8> {
+    let Some(unsynced) = inode.data.strip_prefix(inode.synced.as_slice()) else {
+        // Cut shorter since the last sync: the cut may or may not have reached the disk.
+        return if rng.below(2) == 0 {
+            inode.synced.clone()
+        } else {
+            inode.data.clone()
+        };
+    };
+    let mut out = inode.synced.clone();
+    match rng.below(3) {
+        0 => {}
+        1 => out.extend_from_slice(&unsynced[..rng.below(unsynced.len() as u64 + 1) as usize]),
+        _ => {
+            for page in unsynced.chunks(PAGE) {
+                match rng.below(3) {
+                    0 => out.extend_from_slice(page),
+                    1 => out.extend(std::iter::repeat_n(0, page.len())),
+                    _ => out.extend(page.iter().map(|_| rng.next() as u8)),
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Dir for SimDir {
+    fn list(&self) -> io::Result<Vec<String>> {
+        Ok(self.lock().names.keys().cloned().collect())
+    }
+
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let st = self.lock();
+        Ok(st.names.get(name).map(|ino| st.inodes[ino].data.clone()))
+    }
+
+    fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
+        let mut st = self.lock();
+        st.spend()?;
+        let ino = st.next_inode;
+        st.next_inode += 1;
+        st.inodes.insert(ino, Inode::default());
+        st.names.insert(name.to_string(), ino);
+        st.pending.push(DirOp::Link(name.to_string(), ino));
+        Ok(Box::new(SimFile {
+            dir: self.clone(),
+            ino,
+        }))
+    }
+
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
+        let st = self.lock();
+        let ino = *st
+            .names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Box::new(SimFile {
+            dir: self.clone(),
+            ino,
+        }))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut st = self.lock();
+        st.spend()?;
+        let ino = st
+            .names
+            .remove(from)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.names.insert(to.to_string(), ino);
+        st.pending
+            .push(DirOp::Rename(from.to_string(), to.to_string()));
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let mut st = self.lock();
+        st.spend()?;
+        if st.names.remove(name).is_some() {
+            st.pending.push(DirOp::Unlink(name.to_string()));
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        st.spend()?;
+        st.synced_names = st.names.clone();
+        st.pending.clear();
+        Ok(())
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("sim/{name}")
+    }
+}
+
+struct SimFile {
+    dir: SimDir,
+    ino: u64,
+}
+
+impl DirFile for SimFile {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        let mut st = self.dir.lock();
+        st.spend()?;
+        let inode = st.inodes.get_mut(&self.ino).expect("open file");
+        // A write may be cut short by the power failing half-way.
+        inode.data.extend_from_slice(buf);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        let mut st = self.dir.lock();
+        st.spend()?;
+        let inode = st.inodes.get_mut(&self.ino).expect("open file");
+        inode.synced = inode.data.clone();
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        let mut st = self.dir.lock();
+        st.spend()?;
+        let inode = st.inodes.get_mut(&self.ino).expect("open file");
+        inode.data.truncate(len as usize);
+        inode.synced = inode.data.clone();
+        Ok(())
+    }
+}

@@ -1,0 +1,460 @@
+//! The segmented write-ahead log that holds the Raft log on disk.
+//!
+//! The log is a sequence of segment files `wal-<seq as 16 hex digits>.log`, each a sequence of
+//! [`codec::frame`]s. One frame is one [`Wal::write`]: it carries the log operations of one
+//! openraft call (an append batch, a truncation or a purge) plus the latest committed log id,
+//! and it is written with one `write` and made durable with one `fdatasync` before the call is
+//! acknowledged. Because every frame is synced before the next one is written, only the last
+//! frame of the last segment can ever be half on disk; that is what lets recovery tell a torn
+//! tail (cut off, it was never acknowledged) from damage (refused, see [`Wal::open`]).
+//!
+//! A segment is closed once it passes the size limit and a new one starts with a checkpoint
+//! frame (the last purged log id and the committed id), so the oldest segments can be deleted
+//! whole once a snapshot covers them, and the remaining suffix still replays to the same log.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use raftlock_core::codec::{self, FrameRead};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::fs::{Dir, DirFile};
+use crate::typ::{Entry, LogId};
+
+/// A segment is closed and a new one started once it is this large.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+const SEGMENT_PREFIX: &str = "wal-";
+const SEGMENT_SUFFIX: &str = ".log";
+
+/// One change to the log, as written to and replayed from disk.
+#[derive(Debug, Serialize, Deserialize)]
+enum WalOp {
+    /// Entries appended after the current last entry.
+    Append(Vec<Entry>),
+    /// Entries at and after this index are removed (openraft's `truncate`).
+    TruncateFrom(u64),
+    /// Entries up to and including this log id are covered by a snapshot and removed.
+    Purge(LogId),
+}
+
+/// [`WalOp`] borrowing its entries, so an append is encoded without copying them. Serializes
+/// exactly as the owned type.
+#[derive(Serialize)]
+pub enum WalOpRef<'a> {
+    Append(&'a [Entry]),
+    TruncateFrom(u64),
+    Purge(LogId),
+}
+
+/// The payload of one frame.
+#[derive(Serialize)]
+struct FrameRef<'a> {
+    committed: Option<LogId>,
+    ops: &'a [WalOpRef<'a>],
+}
+
+#[derive(Deserialize)]
+struct FrameOwned {
+    committed: Option<LogId>,
+    ops: Vec<WalOp>,
+}
+
+/// The Raft log as replayed from disk (and as kept in memory while the node runs).
+#[derive(Debug, Clone, Default)]
+pub struct LogContents {
+    /// Every entry after `last_purged`, by index, without holes.
+    pub entries: BTreeMap<u64, Entry>,
+    /// The last entry a snapshot covers and the log no longer holds.
+    pub last_purged: Option<LogId>,
+    /// The latest committed log id written with a frame (openraft's optional `save_committed`).
+    pub committed: Option<LogId>,
+}
+
+impl LogContents {
+    /// The id of the last entry, or the last purged one when the log is empty.
+    pub fn last_log_id(&self) -> Option<LogId> {
+        self.entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(self.last_purged)
+    }
+
+    /// Appends `entries`, which must follow the current last entry. On an empty log the first
+    /// entry may start anywhere after the last purged one: while replaying, the purge that
+    /// explains the start of the oldest remaining segment may come later in the same segment
+    /// ([`Self::check_starts_after_purge`] checks the end result).
+    pub fn append(&mut self, entries: impl IntoIterator<Item = Entry>) -> Result<(), String> {
+        for entry in entries {
+            let index = entry.log_id.index;
+            if self.last_purged.is_some_and(|p| index <= p.index) {
+                continue; // replaying a segment older than the latest purge
+            }
+            if let Some((&last, _)) = self.entries.last_key_value() {
+                if index > last + 1 {
+                    return Err(format!("entry {index} follows entry {last}: a hole"));
+                }
+            }
+            self.entries.split_off(&index);
+            self.entries.insert(index, entry);
+        }
+        Ok(())
+    }
+
+    /// Removes the entries at and after `index`.
+    pub fn truncate_from(&mut self, index: u64) {
+        self.entries.split_off(&index);
+    }
+
+    /// Removes the entries up to and including `upto` and remembers it as the last purged.
+    pub fn purge(&mut self, upto: LogId) {
+        if self.last_purged.is_some_and(|p| p.index >= upto.index) {
+            return;
+        }
+        self.entries = self.entries.split_off(&(upto.index + 1));
+        self.last_purged = Some(upto);
+    }
+
+    /// After a replay: the first entry must directly follow the last purged one.
+    fn check_starts_after_purge(&self) -> Result<(), String> {
+        let (Some(purged), Some((&first, _))) = (self.last_purged, self.entries.first_key_value())
+        else {
+            return Ok(());
+        };
+        if first != purged.index + 1 {
+            return Err(format!(
+                "the log resumes at entry {first} but the last purged entry is {}: entries are \
+                 missing",
+                purged.index
+            ));
+        }
+        Ok(())
+    }
+
+    fn replay(&mut self, frame: FrameOwned) -> Result<(), String> {
+        for op in frame.ops {
+            match op {
+                WalOp::Append(entries) => self.append(entries)?,
+                WalOp::TruncateFrom(index) => self.truncate_from(index),
+                WalOp::Purge(upto) => self.purge(upto),
+            }
+        }
+        if frame.committed > self.committed {
+            self.committed = frame.committed;
+        }
+        Ok(())
+    }
+}
+
+/// One frame, encoded and ready to write, with what the WAL must know about it.
+pub struct PendingFrame {
+    bytes: Vec<u8>,
+    /// The highest index appended by the frame, to know when its segment may be deleted.
+    max_index: Option<u64>,
+    /// The purge the frame records, if any, to carry into the next segment's checkpoint.
+    purged: Option<LogId>,
+    committed: Option<LogId>,
+}
+
+impl PendingFrame {
+    /// Encodes `ops` together with the latest `committed` id.
+    pub fn new(committed: Option<LogId>, ops: &[WalOpRef<'_>]) -> Result<Self, String> {
+        let payload = codec::encode(&FrameRef { committed, ops }).map_err(|e| e.to_string())?;
+        let mut max_index = None;
+        let mut purged = None;
+        for op in ops {
+            match op {
+                WalOpRef::Append(entries) => {
+                    max_index = max_index.max(entries.last().map(|e| e.log_id.index))
+                }
+                WalOpRef::Purge(upto) => purged = Some(*upto),
+                WalOpRef::TruncateFrom(_) => {}
+            }
+        }
+        Ok(PendingFrame {
+            bytes: codec::frame(&payload),
+            max_index,
+            purged,
+            committed,
+        })
+    }
+
+    /// Encoded size, header included.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Never true: even an empty frame has a header.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// What the WAL knows about one segment file.
+struct Segment {
+    seq: u64,
+    /// The highest entry index appended in this segment; the segment may be deleted once a
+    /// purge reaches it.
+    max_index: Option<u64>,
+}
+
+fn segment_name(seq: u64) -> String {
+    format!("{SEGMENT_PREFIX}{seq:016x}{SEGMENT_SUFFIX}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name
+        .strip_prefix(SEGMENT_PREFIX)?
+        .strip_suffix(SEGMENT_SUFFIX)?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// The open write-ahead log: the segment being appended to and the list of older ones.
+pub struct Wal {
+    dir: Arc<dyn Dir>,
+    /// Oldest first; the last one is `current`.
+    segments: Vec<Segment>,
+    /// The last segment, open for appending.
+    current: Box<dyn DirFile>,
+    /// Bytes in `current`, to know when to start a new segment.
+    current_len: u64,
+    /// Size at which a segment is closed.
+    segment_bytes: u64,
+    /// Latest purge, written into each new segment's checkpoint.
+    last_purged: Option<LogId>,
+    /// Latest committed id written, likewise.
+    committed: Option<LogId>,
+}
+
+impl Wal {
+    /// Opens the WAL in `dir` (creating the first segment if there is none) and replays it.
+    ///
+    /// A bad frame in the last segment that nothing valid follows is the torn tail of a write
+    /// that was never acknowledged: it is cut off (and the cut synced) with a warning. A bad
+    /// frame anywhere else, a valid frame that does not decode, or a hole in the entries is
+    /// damage: the open fails with the file and offset, and nothing is changed.
+    pub fn open(dir: Arc<dyn Dir>, segment_bytes: u64) -> Result<(Wal, LogContents), StoreError> {
+        let mut seqs: Vec<u64> = dir
+            .list()
+            .map_err(|e| StoreError::io(dir.describe(""), e))?
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+            .collect();
+        seqs.sort_unstable();
+        let mut contents = LogContents::default();
+        let mut segments = Vec::new();
+        let mut current_len = 0;
+        for (i, &seq) in seqs.iter().enumerate() {
+            let is_last = i + 1 == seqs.len();
+            let (max_index, len) = replay_segment(&*dir, seq, is_last, &mut contents)?;
+            segments.push(Segment { seq, max_index });
+            current_len = len;
+        }
+        if let Some(&first) = seqs.first() {
+            contents.check_starts_after_purge().map_err(|reason| {
+                StoreError::corrupt(dir.describe(&segment_name(first)), 0, reason)
+            })?;
+        }
+        if let Some(committed) = contents.committed {
+            // A committed id is only ever written next to or after its entry; one beyond the
+            // log would be a bug, so forget it rather than apply entries that are not there.
+            if contents
+                .last_log_id()
+                .is_none_or(|l| l.index < committed.index)
+            {
+                contents.committed = None;
+            }
+        }
+        let current = match segments.last() {
+            Some(last) => {
+                let name = segment_name(last.seq);
+                dir.open_append(&name)
+                    .map_err(|e| StoreError::io(dir.describe(&name), e))?
+            }
+            None => {
+                let (file, len) = create_segment(&*dir, 1, None, None)?;
+                segments.push(Segment {
+                    seq: 1,
+                    max_index: None,
+                });
+                current_len = len;
+                file
+            }
+        };
+        let wal = Wal {
+            dir,
+            segments,
+            current,
+            current_len,
+            segment_bytes,
+            last_purged: contents.last_purged,
+            committed: contents.committed,
+        };
+        Ok((wal, contents))
+    }
+
+    /// Appends `frame` and syncs it; when this returns `Ok` the frame survives any crash. Any
+    /// error leaves the file in an unknown state: the caller must stop using the WAL.
+    pub fn write(&mut self, frame: &PendingFrame) -> Result<(), StoreError> {
+        let name = segment_name(self.current_seq());
+        let started = Instant::now();
+        self.current
+            .append(&frame.bytes)
+            .and_then(|_| self.current.sync())
+            .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
+        metrics::histogram!("raftlock_wal_fsync_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("raftlock_wal_bytes_total").increment(frame.bytes.len() as u64);
+        self.current_len += frame.bytes.len() as u64;
+        let segment = self.segments.last_mut().expect("a current segment");
+        segment.max_index = segment.max_index.max(frame.max_index);
+        if let Some(purged) = frame.purged {
+            self.last_purged = self.last_purged.max(Some(purged));
+        }
+        self.committed = self.committed.max(frame.committed);
+        if self.current_len >= self.segment_bytes {
+            self.rotate()?;
+        }
+        if frame.purged.is_some() {
+            self.remove_purged_segments()?;
+        }
+        Ok(())
+    }
+
+    /// The number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn current_seq(&self) -> u64 {
+        self.segments.last().expect("a current segment").seq
+    }
+
+    /// Starts the next segment with a checkpoint of the purge and commit state.
+    fn rotate(&mut self) -> Result<(), StoreError> {
+        let seq = self.current_seq() + 1;
+        let (file, len) = create_segment(&*self.dir, seq, self.last_purged, self.committed)?;
+        self.segments.push(Segment {
+            seq,
+            max_index: None,
+        });
+        self.current = file;
+        self.current_len = len;
+        Ok(())
+    }
+
+    /// Deletes the oldest closed segments whose entries are all purged. Only a prefix is ever
+    /// deleted, so what remains always replays to the same log.
+    fn remove_purged_segments(&mut self) -> Result<(), StoreError> {
+        let Some(purged) = self.last_purged else {
+            return Ok(());
+        };
+        let mut removed = 0;
+        while self.segments.len() > 1 {
+            let oldest = &self.segments[0];
+            if oldest.max_index.is_some_and(|m| m > purged.index) {
+                break;
+            }
+            let name = segment_name(oldest.seq);
+            self.dir
+                .remove(&name)
+                .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
+            self.segments.remove(0);
+            removed += 1;
+        }
+        if removed > 0 {
+            self.dir
+                .sync()
+                .map_err(|e| StoreError::io(self.dir.describe(""), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates segment `seq` holding one checkpoint frame, durably (file and directory).
+fn create_segment(
+    dir: &dyn Dir,
+    seq: u64,
+    last_purged: Option<LogId>,
+    committed: Option<LogId>,
+) -> Result<(Box<dyn DirFile>, u64), StoreError> {
+    let name = segment_name(seq);
+    let file_err = |e| StoreError::io(dir.describe(&name), e);
+    let ops: Vec<WalOpRef> = last_purged.map(WalOpRef::Purge).into_iter().collect();
+    let checkpoint = PendingFrame::new(committed, &ops)
+        .map_err(|e| StoreError::corrupt(dir.describe(&name), 0, e))?;
+    let mut file = dir.create(&name).map_err(file_err)?;
+    file.append(&checkpoint.bytes).map_err(file_err)?;
+    file.sync().map_err(file_err)?;
+    dir.sync()
+        .map_err(|e| StoreError::io(dir.describe(""), e))?;
+    Ok((file, checkpoint.bytes.len() as u64))
+}
+
+/// Replays segment `seq` into `contents`; returns its highest appended index and its length
+/// (after cutting a torn tail).
+fn replay_segment(
+    dir: &dyn Dir,
+    seq: u64,
+    is_last: bool,
+    contents: &mut LogContents,
+) -> Result<(Option<u64>, u64), StoreError> {
+    let name = segment_name(seq);
+    let file = dir.describe(&name);
+    let bytes = dir
+        .read(&name)
+        .map_err(|e| StoreError::io(&file, e))?
+        .unwrap_or_default();
+    let mut at = 0;
+    let mut max_index = None;
+    loop {
+        match codec::read_frame(&bytes, at) {
+            FrameRead::End => return Ok((max_index, at as u64)),
+            FrameRead::Frame { payload, next } => {
+                let frame: FrameOwned = codec::decode(payload)
+                    .map_err(|e| StoreError::corrupt(&file, at as u64, e.to_string()))?;
+                for op in &frame.ops {
+                    if let WalOp::Append(entries) = op {
+                        max_index = max_index.max(entries.last().map(|e| e.log_id.index));
+                    }
+                }
+                contents
+                    .replay(frame)
+                    .map_err(|reason| StoreError::corrupt(&file, at as u64, reason))?;
+                at = next;
+            }
+            FrameRead::Bad { reason, len } => {
+                if !is_last || valid_frame_follows(&bytes, at, len) {
+                    return Err(StoreError::corrupt(&file, at as u64, reason));
+                }
+                tracing::warn!(
+                    file,
+                    offset = at,
+                    dropped_bytes = bytes.len() - at,
+                    reason,
+                    "cutting the torn tail of the write-ahead log (a write that was never acknowledged)"
+                );
+                let mut f = dir
+                    .open_append(&name)
+                    .map_err(|e| StoreError::io(&file, e))?;
+                f.truncate(at as u64)
+                    .map_err(|e| StoreError::io(&file, e))?;
+                return Ok((max_index, at as u64));
+            }
+        }
+    }
+}
+
+/// Whether a whole valid frame starts right after the bad frame at `at` whose header claims
+/// `len` payload bytes: then the bad frame was followed by a synced write, so it is damage, not
+/// a torn tail.
+fn valid_frame_follows(bytes: &[u8], at: usize, len: Option<usize>) -> bool {
+    let Some(len) = len else {
+        return false;
+    };
+    let next = at + codec::FRAME_HEADER_LEN + len;
+    next < bytes.len() && matches!(codec::read_frame(bytes, next), FrameRead::Frame { .. })
+}
