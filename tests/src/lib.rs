@@ -85,6 +85,9 @@ pub struct Cluster {
     proxy: Option<proxy::FaultProxy>,
     /// The binary every (re)start runs.
     bin: PathBuf,
+    /// Per-node command prefix (e.g. `strace -f -o ...`) the binary runs under, for tests
+    /// that observe a node from outside.
+    wrappers: BTreeMap<u64, Vec<String>>,
 }
 
 impl Drop for Cluster {
@@ -117,7 +120,22 @@ impl Cluster {
         Self::launch(n, extra, true).await
     }
 
+    /// Like [`Cluster::start`], but node `id` runs as `wrapper... raftlock serve ...` for every
+    /// `(id, wrapper)` in `wrappers` (a syscall tracer, for instance).
+    pub async fn start_wrapped(n: u64, wrappers: BTreeMap<u64, Vec<String>>) -> Result<Cluster> {
+        Self::launch_with(n, &[], false, wrappers).await
+    }
+
     async fn launch(n: u64, extra: &[&str], behind_proxy: bool) -> Result<Cluster> {
+        Self::launch_with(n, extra, behind_proxy, BTreeMap::new()).await
+    }
+
+    async fn launch_with(
+        n: u64,
+        extra: &[&str],
+        behind_proxy: bool,
+        wrappers: BTreeMap<u64, Vec<String>>,
+    ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
@@ -169,6 +187,7 @@ impl Cluster {
             node_args: BTreeMap::new(),
             proxy,
             bin,
+            wrappers,
         };
         for id in 1..=n {
             cluster.spawn(id, &cluster.peers.clone())?;
@@ -185,7 +204,15 @@ impl Cluster {
         } else {
             Stdio::null()
         };
-        let child = Command::new(&self.bin)
+        let mut command = match self.wrappers.get(&id) {
+            Some(wrapper) => {
+                let mut c = Command::new(&wrapper[0]);
+                c.args(&wrapper[1..]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = command
             .args([
                 "serve",
                 "--node-id",
@@ -258,6 +285,17 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM, then waits for the process to exit: lets a wrapper (a tracer) flush its output.
+    pub fn terminate(&mut self, id: u64) -> Result<()> {
+        if self.is_running(id) {
+            self.signal(id, libc::SIGTERM)?;
+        }
+        if let Some(mut c) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            c.wait()?;
+        }
+        Ok(())
+    }
+
     /// Deletes a (killed) node's data directory: a lost disk.
     pub fn wipe(&mut self, id: u64) -> Result<()> {
         let dir = self.nodes[&id].data_dir.clone();
@@ -284,6 +322,11 @@ impl Cluster {
     /// The fault proxy, when started with [`Cluster::start_behind_proxy`].
     pub fn proxy(&self) -> Option<&proxy::FaultProxy> {
         self.proxy.as_ref()
+    }
+
+    /// The data directory of node `id`.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.nodes[&id].data_dir.clone()
     }
 
     /// Process id of a running node.

@@ -1,0 +1,359 @@
+//! Durability seen from outside (issue 10): a syscall trace of real nodes shows every
+//! acknowledged write `fdatasync`'d on the leader and on a follower before the response leaves
+//! the leader, and whole-cluster `kill -9`s never lose an acknowledged acquire or hand out a
+//! fencing token twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use raftlock_tests::{eventually, token, Cluster, Locks};
+
+/// One completed system call from an `strace -f -ttt -T` trace.
+#[derive(Debug, Clone)]
+struct Call {
+    name: String,
+    args: String,
+    ret: String,
+    /// Wall-clock seconds at entry and at return.
+    start: f64,
+    end: f64,
+}
+
+impl Call {
+    fn fd(&self) -> Option<i64> {
+        self.args.split(',').next()?.trim().parse().ok()
+    }
+}
+
+/// Parses a trace written with `strace -f -ttt -T -o FILE`, joining `<unfinished ...>` and
+/// `<... resumed>` halves of a call interrupted by another thread.
+fn parse_trace(text: &str) -> Vec<Call> {
+    let mut pending: HashMap<&str, (f64, String)> = HashMap::new();
+    let mut calls = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ' ').filter(|p| !p.is_empty());
+        let (Some(tid), Some(ts)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let rest = line[line.find(ts).unwrap() + ts.len()..].trim_start();
+        let Ok(ts) = ts.parse::<f64>() else { continue };
+        let (start, text) = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            pending.insert(tid, (ts, head.to_string()));
+            continue;
+        } else if rest.starts_with("<... ") {
+            let Some((start, head)) = pending.remove(tid) else {
+                continue;
+            };
+            let tail = rest.split_once("resumed>").map_or("", |(_, t)| t);
+            (start, format!("{head}{tail}"))
+        } else {
+            (ts, rest.to_string())
+        };
+        if let Some(call) = parse_call(start, &text) {
+            calls.push(call);
+        }
+    }
+    calls.sort_by(|a, b| a.start.total_cmp(&b.start));
+    calls
+}
+
+fn parse_call(start: f64, text: &str) -> Option<Call> {
+    let open = text.find('(')?;
+    let eq = text.rfind(" = ")?;
+    let close = text[..eq].rfind(')')?;
+    let after = &text[eq + 3..];
+    let (ret, dur) = after.rsplit_once(" <")?;
+    let dur: f64 = dur.trim_end_matches('>').parse().ok()?;
+    Some(Call {
+        name: text[..open].to_string(),
+        args: text[open + 1..close].to_string(),
+        ret: ret.trim().to_string(),
+        start,
+        end: start + dur,
+    })
+}
+
+/// The write-ahead-log activity and response writes of one traced node.
+struct NodeTrace {
+    wal_writes: Vec<Call>,
+    wal_syncs: Vec<Call>,
+    all: Vec<Call>,
+}
+
+fn node_trace(path: &Path) -> Result<NodeTrace> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let mut fds: HashMap<i64, String> = HashMap::new();
+    let (mut wal_writes, mut wal_syncs) = (Vec::new(), Vec::new());
+    let calls = parse_trace(&text);
+    for c in &calls {
+        match c.name.as_str() {
+            "openat" => {
+                if let (Ok(fd), Some(path)) = (c.ret.parse::<i64>(), c.args.split('"').nth(1)) {
+                    fds.insert(fd, path.to_string());
+                }
+            }
+            "close" => {
+                c.fd().map(|fd| fds.remove(&fd));
+            }
+            "write" | "fdatasync" | "fsync" => {
+                let on_wal = c
+                    .fd()
+                    .and_then(|fd| fds.get(&fd))
+                    .is_some_and(|p| p.contains("/wal-"));
+                if on_wal && c.name == "write" {
+                    wal_writes.push(c.clone());
+                } else if on_wal && c.ret == "0" {
+                    wal_syncs.push(c.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(NodeTrace {
+        wal_writes,
+        wal_syncs,
+        all: calls,
+    })
+}
+
+impl NodeTrace {
+    /// Whether a WAL write entered after `from` was synced by a call that returned before
+    /// `until`.
+    fn synced_a_write_between(&self, from: f64, until: f64) -> bool {
+        self.wal_writes
+            .iter()
+            .filter(|w| w.start > from && w.start < until)
+            .any(|w| {
+                self.wal_syncs
+                    .iter()
+                    .any(|s| s.fd() == w.fd() && s.start >= w.start && s.end < until)
+            })
+    }
+
+    fn syncs_between(&self, from: f64, until: f64) -> usize {
+        self.wal_syncs
+            .iter()
+            .filter(|s| s.start > from && s.end < until)
+            .count()
+    }
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn strace_wrapper(out: &Path) -> Vec<String> {
+    [
+        "strace",
+        "-f",
+        "-ttt",
+        "-T",
+        "-qq",
+        // Fatal signals are blocked by default with -o; let SIGTERM stop (and flush) strace.
+        "-I",
+        "2",
+        "-s",
+        "512",
+        "-e",
+        "trace=openat,close,write,writev,sendto,sendmsg,fdatasync,fsync",
+        "-o",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect()
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_is_fdatasynced_on_a_quorum_before_the_response() -> Result<()> {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        bail!("strace is required (apt-get install strace; .ci/run installs it)");
+    }
+    let traces = tempfile::tempdir()?;
+    let trace_of = |id: u64| -> PathBuf { traces.path().join(format!("node{id}.trace")) };
+    let wrappers: BTreeMap<u64, Vec<String>> = (1..=3)
+        .map(|id| (id, strace_wrapper(&trace_of(id))))
+        .collect();
+    let mut cluster = Cluster::start_wrapped(3, wrappers).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        let sent = now_secs();
+        let answer = locks.acquire(&format!("audit-{i}"), &token(), 60).await?;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        acked.push((sent, answer.fencing()));
+    }
+    // SIGTERM lets strace flush its trace; it then detaches, so the node itself is killed.
+    for id in cluster.ids() {
+        let tracer = cluster.pid(id).context("node running")?;
+        let children = std::fs::read_to_string(format!("/proc/{tracer}/task/{tracer}/children"))?;
+        cluster.terminate(id)?;
+        for pid in children.split_whitespace() {
+            std::process::Command::new("kill")
+                .args(["-9", pid])
+                .status()?;
+        }
+    }
+
+    let leader_trace = node_trace(&trace_of(leader))?;
+    let followers: Vec<NodeTrace> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .map(|id| node_trace(&trace_of(id)))
+        .collect::<Result<_>>()?;
+    let (mut leader_syncs, mut follower_syncs) = (0, 0);
+    for (sent, fencing) in acked {
+        let needle = format!(r#"fencing_token\":{fencing}"#);
+        let response = leader_trace
+            .all
+            .iter()
+            .find(|c| c.start > sent && c.args.contains(&needle))
+            .with_context(|| format!("the leader's response carrying {needle} is in its trace"))?;
+        assert!(
+            leader_trace.synced_a_write_between(sent, response.start),
+            "acquire {fencing}: no WAL write fdatasync'd on the leader before its response"
+        );
+        assert!(
+            followers
+                .iter()
+                .any(|f| f.synced_a_write_between(sent, response.start)),
+            "acquire {fencing}: no follower fdatasync'd a WAL write before the leader's response"
+        );
+        leader_syncs += leader_trace.syncs_between(sent, response.start);
+        follower_syncs += followers
+            .iter()
+            .map(|f| f.syncs_between(sent, response.start))
+            .max()
+            .unwrap_or(0);
+    }
+    println!(
+        "WAL fdatasyncs per acknowledged write: leader {:.1}, busiest follower {:.1}",
+        leader_syncs as f64 / 5.0,
+        follower_syncs as f64 / 5.0
+    );
+    Ok(())
+}
+
+/// What one acknowledged acquire promised.
+#[derive(Debug, Clone)]
+struct Acked {
+    key: String,
+    fencing: u64,
+}
+
+/// Acquires fresh keys through `base` until the node dies, recording every acknowledged one.
+async fn acquire_until_killed(locks: Locks, prefix: String) -> Vec<Acked> {
+    let mut acked = Vec::new();
+    for i in 0.. {
+        let key = format!("{prefix}-{i}");
+        match locks.acquire(&key, &token(), 3600).await {
+            Ok(a) if a.status == 200 => acked.push(Acked {
+                key,
+                fencing: a.fencing(),
+            }),
+            Ok(a) if a.status == 503 => continue,
+            Ok(a) => panic!("acquire {key}: unexpected {} {:?}", a.status, a.body),
+            Err(_) => break, // connection refused or reset: the node is gone
+        }
+    }
+    acked
+}
+
+#[tokio::test]
+async fn whole_cluster_kill_9_loses_no_acknowledged_acquire() -> Result<()> {
+    use rand::Rng;
+    const ROUNDS: usize = 20;
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    // Thousands of acquires and reads: lift the per-project rate limit out of the way.
+    let patch = cluster
+        .http
+        .patch(cluster.url(1, "/admin/v1/projects/acme"))
+        .bearer_auth(&cluster.platform)
+        .json(&serde_json::json!({ "lock_ops_per_minute": 1_000_000 }))
+        .send()
+        .await?;
+    assert_eq!(patch.status().as_u16(), 200);
+    let mut rng = rand::thread_rng();
+    let mut all: Vec<Acked> = Vec::new();
+    let mut fencing_seen = BTreeMap::new();
+    for round in 0..ROUNDS {
+        let leader = cluster.wait_for_leader(Duration::from_secs(15)).await?;
+        // Four writers: two on the leader, one on each follower (forwarded).
+        let targets = [leader, leader, cluster.other_than(&[leader]), {
+            let f = cluster.other_than(&[leader]);
+            cluster.other_than(&[leader, f])
+        }];
+        let writers: Vec<_> = targets
+            .iter()
+            .enumerate()
+            .map(|(w, &node)| {
+                let locks = Locks::new(&cluster, node, &key);
+                tokio::spawn(acquire_until_killed(locks, format!("r{round}-w{w}")))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(50..400))).await;
+        for id in cluster.ids() {
+            cluster.kill(id);
+        }
+        for writer in writers {
+            let acked = writer.await?;
+            for a in &acked {
+                if let Some(other) = fencing_seen.insert(a.fencing, a.key.clone()) {
+                    bail!(
+                        "fencing token {} issued twice: {other} and {}",
+                        a.fencing,
+                        a.key
+                    );
+                }
+            }
+            all.extend(acked);
+        }
+        for id in cluster.ids() {
+            cluster.restart(id)?;
+        }
+    }
+    assert!(
+        all.len() > ROUNDS,
+        "the load made progress ({} acquires)",
+        all.len()
+    );
+
+    let leader = cluster.wait_for_leader(Duration::from_secs(15)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    eventually(
+        Duration::from_secs(15),
+        "reads after the last restart",
+        || async { (locks.read(&all[0].key).await.ok()?.status == 200).then_some(()) },
+    )
+    .await?;
+    for a in &all {
+        let read = locks.read(&a.key).await?;
+        assert_eq!(read.status, 200, "{}: {:?}", a.key, read.body);
+        assert_eq!(read.body["held"], true, "acknowledged {} was lost", a.key);
+        assert_eq!(
+            read.body["fencing_token"].as_u64(),
+            Some(a.fencing),
+            "{} kept its fencing token",
+            a.key
+        );
+    }
+    println!(
+        "{} acknowledged acquires over {ROUNDS} whole-cluster kill -9s: all present",
+        all.len()
+    );
+    Ok(())
+}
