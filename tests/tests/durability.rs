@@ -357,3 +357,108 @@ async fn whole_cluster_kill_9_loses_no_acknowledged_acquire() -> Result<()> {
     );
     Ok(())
 }
+
+/// The WAL segments of a data directory, concatenated in order.
+fn wal_bytes(dir: &Path) -> Result<Vec<u8>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    names.retain(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("wal-"))
+    });
+    names.sort();
+    let mut bytes = Vec::new();
+    for name in names {
+        bytes.extend(std::fs::read(name)?);
+    }
+    Ok(bytes)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Result<()> {
+    // Cluster A writes something, then stops; its node 3's volume is "reused" in cluster B.
+    let mut a = Cluster::start(3).await?;
+    let a_key = a.project_key("acme", "service_role", &[]).await?;
+    let a_leader = a.wait_for_leader(Duration::from_secs(10)).await?;
+    Locks::new(&a, a_leader, &a_key)
+        .acquire("a-lock", &token(), 600)
+        .await?;
+    let a_id = a.view(a_leader).await.context("A answers")?["cluster_id"].clone();
+    for id in a.ids() {
+        a.kill(id);
+    }
+    let foreign = tempfile::tempdir()?;
+    copy_dir(&a.data_dir(3), foreign.path())?;
+
+    let mut b = Cluster::start(3).await?;
+    let b_key = b.project_key("acme", "service_role", &[]).await?;
+    let b_leader = b.wait_for_leader(Duration::from_secs(10)).await?;
+    let b_locks = Locks::new(&b, b_leader, &b_key);
+    let held = b_locks.acquire("b-lock", &token(), 600).await?;
+    assert_eq!(held.status, 200);
+    let b_view = b.view(b_leader).await.context("B answers")?;
+    assert_ne!(b_view["cluster_id"], a_id, "two clusters, two ids");
+
+    // Node 3 of B comes back on A's data.
+    let intruder = if b_leader == 3 { 2 } else { 3 };
+    b.kill(intruder);
+    std::fs::remove_dir_all(b.data_dir(intruder))?;
+    copy_dir(foreign.path(), &b.data_dir(intruder))?;
+    let wal_before = wal_bytes(&b.data_dir(intruder))?;
+    b.restart(intruder)?;
+
+    let metrics_url = b.url(intruder, "/metrics");
+    let http = b.http.clone();
+    let platform = b.platform.clone();
+    eventually(
+        Duration::from_secs(10),
+        "the intruder to refuse B's leader",
+        || async {
+            let text = http
+                .get(&metrics_url)
+                .bearer_auth(&platform)
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .any(|l| l.starts_with("raftlock_peer_refused_total") && !l.ends_with(" 0"))
+                .then_some(())
+        },
+    )
+    .await?;
+
+    let view = b.view(intruder).await.context("the intruder answers")?;
+    assert_eq!(
+        view["cluster_id"], a_id,
+        "the intruder kept its own cluster id"
+    );
+    // B still serves, with the same leader term and its lock; the reused volume's log was not
+    // overwritten by B's leader.
+    let after = b.view(b_leader).await.context("B answers")?;
+    assert_eq!(after["term"], b_view["term"], "B's term did not move");
+    let read = b_locks.read("b-lock").await?;
+    assert_eq!(read.body["fencing_token"].as_u64(), Some(held.fencing()));
+    assert_eq!(b_locks.acquire("b-next", &token(), 60).await?.status, 200);
+    b.kill(intruder);
+    assert_eq!(
+        wal_bytes(&b.data_dir(intruder))?,
+        wal_before,
+        "the foreign log is untouched"
+    );
+    Ok(())
+}

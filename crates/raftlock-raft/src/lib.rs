@@ -13,6 +13,7 @@
 //! - [`fs`]: the file operations storage is built from, and their durability contract.
 //! - [`wal`]: the segmented write-ahead log and its crash recovery.
 //! - [`checked_file`]: atomically replaced, checksummed one-value files (vote, snapshot).
+//! - [`identity`]: [`ClusterIdentity`], the cluster id every node-to-node request carries.
 //! - [`log_store`]: [`LogStore`], openraft's log storage over the WAL and the vote file.
 //! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
 //!   builds and persists snapshots, and exposes the applied state to readers.
@@ -27,6 +28,7 @@ pub mod checked_file;
 pub mod config;
 pub mod error;
 pub mod fs;
+pub mod identity;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;
@@ -41,6 +43,7 @@ mod sim_fs;
 
 pub use config::recommended_config;
 pub use error::StoreError;
+pub use identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 pub use log_store::LogStore;
 pub use network::{
     internal_router, Network, NetworkConnection, CLUSTER_SECRET_HEADER, SOURCE_HEADER,

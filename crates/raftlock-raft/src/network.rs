@@ -22,6 +22,7 @@ use raftlock_core::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 use crate::typ::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     Node, NodeId, Raft, RaftError, TypeConfig, VoteRequest, VoteResponse,
@@ -56,6 +57,9 @@ pub struct Network {
     secret: Arc<str>,
     /// This node's id, sent in [`SOURCE_HEADER`] when set (see [`Network::with_source`]).
     source: Option<NodeId>,
+    /// The cluster id sent in [`CLUSTER_ID_HEADER`], once known (see
+    /// [`Network::with_identity`]).
+    identity: Option<ClusterIdentity>,
 }
 
 impl Network {
@@ -78,7 +82,14 @@ impl Network {
             client,
             secret: Arc::from(secret.into()),
             source: None,
+            identity: None,
         }
+    }
+
+    /// Sends this node's cluster id on every RPC.
+    pub fn with_identity(mut self, identity: ClusterIdentity) -> Self {
+        self.identity = Some(identity);
+        self
     }
 
     /// Names this node (`id`) in [`SOURCE_HEADER`] on every RPC it sends.
@@ -96,6 +107,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client: self.client.clone(),
             secret: self.secret.clone(),
             source: self.source,
+            identity: self.identity.clone(),
             target,
             node: node.clone(),
         }
@@ -107,6 +119,7 @@ pub struct NetworkConnection {
     client: reqwest::Client,
     secret: Arc<str>,
     source: Option<NodeId>,
+    identity: Option<ClusterIdentity>,
     target: NodeId,
     node: Node,
 }
@@ -147,6 +160,9 @@ impl NetworkConnection {
             .header(CLUSTER_SECRET_HEADER, &*self.secret);
         if let Some(source) = self.source {
             request = request.header(SOURCE_HEADER, source.to_string());
+        }
+        if let Some(id) = self.identity.as_ref().and_then(ClusterIdentity::get) {
+            request = request.header(CLUSTER_ID_HEADER, id.to_string());
         }
         let res = request
             .timeout(timeout)
@@ -224,6 +240,8 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
 struct Internal {
     raft: Raft,
     secret: String,
+    /// When set, requests must carry this cluster's id (see [`crate::identity`]); 409 if not.
+    identity: Option<ClusterIdentity>,
 }
 
 /// The receiving side of peer RPCs: `POST /internal/raft/{append,vote,snapshot}`, each
@@ -232,8 +250,12 @@ struct Internal {
 ///
 /// The routes carry their own [`DefaultBodyLimit`] of [`MAX_RPC_BODY`]; merge this router so
 /// that no smaller body-limit layer of the public API wraps it.
-pub fn internal_router(raft: Raft, secret: String) -> Router {
-    let state = Arc::new(Internal { raft, secret });
+pub fn internal_router(raft: Raft, secret: String, identity: Option<ClusterIdentity>) -> Router {
+    let state = Arc::new(Internal {
+        raft,
+        secret,
+        identity,
+    });
     Router::new()
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
@@ -291,6 +313,14 @@ where
 {
     if !authorized(state, headers) {
         return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
+    }
+    if let Some(identity) = &state.identity {
+        let presented = headers.get(CLUSTER_ID_HEADER).map(|v| v.as_bytes());
+        if let Err(refusal) = identity.admit(presented) {
+            tracing::error!(%refusal, "refused a peer rpc");
+            metrics::counter!("raftlock_peer_refused_total", "reason" => "cluster_id").increment(1);
+            return (StatusCode::CONFLICT, refusal.to_string()).into_response();
+        }
     }
     let req: Req = match codec::decode(body) {
         Ok(req) => req,

@@ -39,6 +39,8 @@ pub struct Node {
     limiter: Mutex<FixedWindow>,
     /// Client for forwarding requests to the leader.
     pub forward_client: reqwest::Client,
+    /// This node's cluster id, checked on every node-to-node request.
+    pub identity: raftlock_raft::ClusterIdentity,
 }
 
 impl Node {
@@ -47,6 +49,7 @@ impl Node {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
         let (log_store, sm_store) = raftlock_raft::open(&config.data_dir)?;
+        let identity = raftlock_raft::ClusterIdentity::open(&config.data_dir)?;
         let state = sm_store.shared();
         let raft_config = openraft::Config {
             cluster_name: "raftlock".into(),
@@ -64,8 +67,9 @@ impl Node {
         .validate()?;
         // Names this node on every peer RPC (x-raftlock-from), so a per-link fault proxy can
         // tell links apart (chaos suite).
-        let network =
-            raftlock_raft::Network::new(config.cluster_secret.clone()).with_source(config.node_id);
+        let network = raftlock_raft::Network::new(config.cluster_secret.clone())
+            .with_source(config.node_id)
+            .with_identity(identity.clone());
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -89,6 +93,7 @@ impl Node {
             read_gate,
             limiter: Mutex::new(FixedWindow::default()),
             forward_client,
+            identity,
         }))
     }
 
@@ -110,6 +115,8 @@ impl Node {
             .iter()
             .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
             .collect();
+        let cluster_id = self.identity.get_or_create()?;
+        tracing::info!(%cluster_id, "initializing a new cluster");
         match self.raft.initialize(members).await {
             Ok(()) => tracing::info!("initialized cluster from --peers"),
             Err(e) => tracing::info!(error = %e, "cluster already initialized"),

@@ -323,7 +323,7 @@ async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<R
     Ok(Json(cluster_view(&node)).into_response())
 }
 
-/// This node's view: `{"node_id","leader","term","commit_index","applied_index","members"}`.
+/// This node's view: `{"node_id","cluster_id","leader","term","commit_index","applied_index","members"}`.
 pub fn cluster_view(node: &Node) -> Value {
     let m = node.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
@@ -334,6 +334,7 @@ pub fn cluster_view(node: &Node) -> Value {
         .collect();
     json!({
         "node_id": node.config.node_id,
+        "cluster_id": node.identity.get(),
         "leader": m.current_leader,
         "term": m.current_term,
         "commit_index": commit_index(&m, node.config.node_id).unwrap_or(0),

@@ -53,6 +53,14 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
                 )
                 .into_response();
             }
+            let presented = req.headers().get(raftlock_raft::CLUSTER_ID_HEADER);
+            if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
+                tracing::error!(%refusal, "refused a forwarded request");
+                metrics::counter!("raftlock_peer_refused_total", "reason" => "cluster_id")
+                    .increment(1);
+                return ApiError::new(dialect, StatusCode::CONFLICT, refusal.to_string())
+                    .into_response();
+            }
             v.to_str()
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -225,6 +233,9 @@ async fn send(
             raftlock_raft::SOURCE_HEADER,
             node.config.node_id.to_string(),
         );
+    if let Some(id) = node.identity.get() {
+        req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
+    }
     let resp = req
         .send()
         .await
@@ -264,4 +275,5 @@ fn is_internal(name: &str) -> bool {
         || name == DEADLINE_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
+        || name == raftlock_raft::CLUSTER_ID_HEADER
 }

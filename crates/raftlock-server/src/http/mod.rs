@@ -45,8 +45,11 @@ pub fn router(node: SharedNode) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .merge(admin::local_routes());
-    let internal =
-        raftlock_raft::internal_router(node.raft.clone(), node.config.cluster_secret.clone());
+    let internal = raftlock_raft::internal_router(
+        node.raft.clone(),
+        node.config.cluster_secret.clone(),
+        Some(node.identity.clone()),
+    );
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     Router::new()
         .merge(leader_routes)
