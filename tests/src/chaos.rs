@@ -2,13 +2,13 @@
 //! plan, and a checker over the recorded history.
 //!
 //! ## Time
-//! Every recorded time is microseconds on one client clock ([`Clock`], monotonic). Server
-//! times (`expires_at`) are converted with the wall clock read once at start: all processes
-//! share the machine's clock, and the only skew is the test-only `--clock-offset-ms`, whose
-//! largest positive value (`max_skew_ms`) is subtracted from every server-side expiry. So a
-//! recorded holding interval `[ack of acquire, min(first release sent, expiry − skew)]` is
-//! always inside the interval in which the server really considered the lock held, and the
-//! overlap checks cannot report a false violation because of skew.
+//! Every recorded time is microseconds on one client clock ([`Clock`], monotonic): the test
+//! machine's one true clock. Server times (`expires_at`) are converted with the wall clock read
+//! once at start. Every node runs under libfaketime ([`Skew`]) so the plan can skew a node's
+//! wall clock at start (`SkewedNode`) or step the leader's while it leads (`ClockStep`), by
+//! ±0.5–60 s. The checker gives no skew allowance: a recorded holding interval is
+//! `[ack of acquire, min(first release sent, expires_at)]` on the true clock, and two of them
+//! overlapping is a violation — cluster time must never let a lease end early.
 //!
 //! ## Replay
 //! The seed is printed first; `CHAOS_SEED=<seed>` replays the same fault plan (and the same
@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use crate::linearizability::{self, LockInput, LockModel, LockOutput, Operation, Verdict};
 use crate::proxy::Rule;
-use crate::{eventually, token, Answer, Cluster, Locks};
+use crate::{eventually, token, Answer, Cluster, Locks, Skew};
 
 /// Keys the §4 workers contend on.
 const PROJECT_KEYS: &[&str] = &["k0", "k1", "k2"];
@@ -95,7 +95,7 @@ impl ChaosConfig {
             project_workers: 4,
             hier_workers: 4,
             lin_workers: 3,
-            max_skew_ms: 3000,
+            max_skew_ms: 60_000,
             snapshot_logs: env("CHAOS_SNAPSHOT_LOGS").unwrap_or(500),
         }
     }
@@ -662,7 +662,10 @@ pub enum Kind {
     SlowLinks,
     NoQuorumKill,
     NoQuorumPartition,
-    SkewedLeader,
+    /// A follower restarted with its wall clock ±0.5–60 s off.
+    SkewedNode,
+    /// The leader's wall clock stepped ±0.5–60 s while it leads.
+    ClockStep,
 }
 
 const KINDS: &[Kind] = &[
@@ -678,7 +681,8 @@ const KINDS: &[Kind] = &[
     Kind::SlowLinks,
     Kind::NoQuorumKill,
     Kind::NoQuorumPartition,
-    Kind::SkewedLeader,
+    Kind::SkewedNode,
+    Kind::ClockStep,
 ];
 
 /// A durability probe: acknowledged, then checked after every later heal.
@@ -708,6 +712,7 @@ pub struct Summary {
     pub elapsed: Duration,
     pub faults: BTreeMap<String, usize>,
     pub leader_kills: usize,
+    /// Nodes with a skewed or stepped clock that were leader when the fault ended.
     pub skewed_leaders: usize,
     pub operations: u64,
     pub detail: String,
@@ -734,7 +739,7 @@ impl fmt::Display for Summary {
         let total: usize = self.faults.values().sum();
         writeln!(
             f,
-            "faults injected: {total} (leader kills: {}; skewed leaders elected: {})",
+            "faults injected: {total} (leader kills: {}; skewed nodes leading at the end of a clock fault: {})",
             self.leader_kills, self.skewed_leaders
         )?;
         for (k, n) in &self.faults {
@@ -774,6 +779,10 @@ struct Driver {
     lin_last_fencing: u64,
     /// (kind, start us, end us) of each fault window.
     windows: Vec<(Kind, i64, i64)>,
+    /// Each node's wall-clock skew (libfaketime), 0 outside clock faults.
+    skews: BTreeMap<u64, Skew>,
+    /// Holds the skew files.
+    _skew_dir: tempfile::TempDir,
 }
 
 fn name(kind: Kind) -> String {
@@ -781,6 +790,16 @@ fn name(kind: Kind) -> String {
 }
 
 impl Driver {
+    /// A clock error of 0.5 s up to `max_skew_ms`, either way.
+    fn clock_offset(&mut self) -> i64 {
+        let mag = self.rng.gen_range(500..=self.cfg.max_skew_ms);
+        if self.rng.gen_bool(0.5) {
+            mag
+        } else {
+            -mag
+        }
+    }
+
     fn ids(&self) -> Vec<u64> {
         self.cluster.ids()
     }
@@ -840,67 +859,6 @@ impl Driver {
                 .sh
                 .violation(format!("failover after losing leader {old}: {e}")),
         }
-    }
-
-    /// Makes `s` the leader through the proxy: first the other followers stop hearing from
-    /// `leader` and may not send anything (so `s`, still replicating, holds every entry they
-    /// hold, and they cannot campaign); then `leader` is cut off and `s` wins the election
-    /// on their votes. Heals in any case; true if `s` was seen leading.
-    async fn force_leader(&mut self, s: u64, leader: u64, all: &[u64]) -> bool {
-        // The others' terms race `s`'s while they time out unable to send; a few attempts
-        // make the outcome near certain.
-        let mut leader = leader;
-        for attempt in 0..3 {
-            if leader == s {
-                return true;
-            }
-            if self.force_leader_once(s, leader, all).await {
-                return true;
-            }
-            eprintln!("attempt {attempt}: node {s} did not win; healed, retrying");
-            match self.cluster.wait_for_leader(Duration::from_secs(20)).await {
-                Ok(l) => leader = l,
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    async fn force_leader_once(&mut self, s: u64, leader: u64, all: &[u64]) -> bool {
-        let rest: Vec<u64> = all
-            .iter()
-            .copied()
-            .filter(|i| *i != s && *i != leader)
-            .collect();
-        self.proxy().one_way(&[leader], &rest, Rule::Drop);
-        self.proxy().one_way(&rest, all, Rule::Drop);
-        // Entries sent to the others before the cut reach `s` too: wait until it applied
-        // at least as much as any of them.
-        let c = &self.cluster;
-        let applied = |v: Option<Value>| v.and_then(|v| v.get("applied_index")?.as_u64());
-        let _ = eventually(
-            Duration::from_secs(5),
-            "the skewed node to catch up",
-            || async {
-                let mine = applied(c.view(s).await)?;
-                for &r in &rest {
-                    if applied(c.view(r).await)? > mine {
-                        return None;
-                    }
-                }
-                Some(())
-            },
-        )
-        .await;
-        self.proxy().isolate(leader, all, Rule::Drop);
-        let elected = eventually(
-            Duration::from_secs(8),
-            "the skewed node to lead",
-            || async { (c.view(s).await?.get("leader")?.as_u64()? == s).then_some(()) },
-        )
-        .await;
-        self.proxy().heal();
-        elected.is_ok()
     }
 
     /// Every call on every running node in `nodes` answers 503 within the bound. All calls
@@ -1390,43 +1348,41 @@ impl Driver {
                     self.cluster.restart(d)?;
                 }
             }
-            Kind::SkewedLeader => {
+            Kind::SkewedNode => {
                 let s = self.follower(leader);
-                let mag = self.rng.gen_range(500..=self.cfg.max_skew_ms);
-                let offset = if self.rng.gen_bool(0.5) { mag } else { -mag };
+                let offset = self.clock_offset();
+                self.skews[&s].set(offset)?;
                 self.cluster.kill(s);
-                self.cluster
-                    .restart_with(s, &[&format!("--clock-offset-ms={offset}")])?;
-                self.cluster
-                    .wait_for_leader(Duration::from_secs(20))
-                    .await?;
-                let leader = self
-                    .cluster
-                    .wait_for_leader(Duration::from_secs(20))
-                    .await?;
-                let elected = self.force_leader(s, leader, &all).await;
+                self.cluster.restart(s)?;
+                tokio::time::sleep(Duration::from_millis(hold)).await;
                 let now = self
                     .cluster
                     .wait_for_leader(Duration::from_secs(20))
                     .await
                     .ok();
-                if elected && now == Some(s) {
+                if now == Some(s) {
                     self.summary.skewed_leaders += 1;
                 }
-                desc = format!("node {s} restarted with clock offset {offset} ms, forced leader: {elected}, leader now {now:?}, serving for {hold} ms");
-                tokio::time::sleep(Duration::from_millis(hold)).await;
-                // Back to a true clock: kill -9 and restart it plainly.
-                if self
-                    .cluster
-                    .wait_for_leader(Duration::from_secs(5))
-                    .await
-                    .ok()
-                    == Some(s)
-                {
-                    self.summary.leader_kills += 1;
-                }
+                desc = format!("node {s} restarted with its clock {offset} ms off, for {hold} ms (leader at the end: {now:?})");
+                // Back to a true clock, with a restart like an operator fixing NTP would do.
+                self.skews[&s].set(0)?;
                 self.cluster.kill(s);
                 self.cluster.restart(s)?;
+            }
+            Kind::ClockStep => {
+                let offset = self.clock_offset();
+                self.skews[&leader].set(offset)?;
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                let now = self
+                    .cluster
+                    .wait_for_leader(Duration::from_secs(20))
+                    .await
+                    .ok();
+                if now == Some(leader) {
+                    self.summary.skewed_leaders += 1;
+                }
+                desc = format!("leader {leader}'s clock stepped {offset} ms for {hold} ms (leader at the end: {now:?})");
+                self.skews[&leader].set(0)?;
             }
         }
         let healed = Instant::now();
@@ -1451,7 +1407,17 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         cfg.seed, cfg.seed, cfg.duration, cfg.nodes, cfg.min_leader_kills
     );
     let snapshot_logs = format!("--snapshot-logs={}", cfg.snapshot_logs);
-    let cluster = Cluster::start_behind_proxy(cfg.nodes, &[&snapshot_logs]).await?;
+    let skew_dir = tempfile::tempdir()?;
+    let skews: BTreeMap<u64, Skew> = (1..=cfg.nodes)
+        .map(|id| {
+            Ok((
+                id,
+                Skew::new(skew_dir.path().join(format!("skew-{id}")), 0)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let env = skews.iter().map(|(id, s)| (*id, s.env())).collect();
+    let cluster = Cluster::start_behind_proxy_with_env(cfg.nodes, &[&snapshot_logs], env).await?;
     let key = cluster.project_key("chaos", "service_role", &[]).await?;
     let r = cluster
         .http
@@ -1486,7 +1452,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         clock: Clock::new(),
         apis,
         stop: AtomicBool::new(false),
-        skew_us: cfg.max_skew_ms * 1000,
+        skew_us: 0,
         holds4: Mutex::default(),
         writes: Mutex::default(),
         holds5: Mutex::default(),
@@ -1511,6 +1477,8 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     }
     let mut d = Driver {
         cluster,
+        skews,
+        _skew_dir: skew_dir,
         sh: sh.clone(),
         rng: StdRng::seed_from_u64(seeder.gen()),
         summary: Summary {

@@ -37,6 +37,52 @@ pub fn binary() -> PathBuf {
     dir.join("raftlock")
 }
 
+/// libfaketime as Debian installs it (`apt-get install faketime`).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// A wall-clock skew for a real process, applied from outside with libfaketime: the offset
+/// lives in a file the process re-reads on every clock call, so it can be changed (a clock
+/// step) while the process runs. Monotonic clocks are left alone.
+pub struct Skew {
+    file: PathBuf,
+}
+
+impl Skew {
+    /// A skew of `ms` milliseconds, kept in `file`. Fails when libfaketime is not installed,
+    /// so a test can never pass on an unskewed process by accident.
+    pub fn new(file: PathBuf, ms: i64) -> Result<Skew> {
+        if !std::path::Path::new(LIBFAKETIME).exists() {
+            bail!("{LIBFAKETIME} missing: apt-get install faketime (.ci/run installs it)");
+        }
+        let skew = Skew { file };
+        skew.set(ms)?;
+        Ok(skew)
+    }
+
+    /// Changes the offset (takes effect at the process's next clock read).
+    pub fn set(&self, ms: i64) -> Result<()> {
+        let sign = if ms < 0 { '-' } else { '+' };
+        let text = format!("{sign}{}.{:03}\n", ms.abs() / 1000, ms.abs() % 1000);
+        let tmp = self.file.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &self.file)?;
+        Ok(())
+    }
+
+    /// The environment that runs a process on this skew.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("LD_PRELOAD", LIBFAKETIME.to_string()),
+            ("FAKETIME_TIMESTAMP_FILE", self.file.display().to_string()),
+            ("FAKETIME_NO_CACHE", "1".to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (bound then released; the OS will not reuse it at once).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -79,8 +125,10 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
     pub http: reqwest::Client,
     extra_args: Vec<String>,
-    /// Per-node flags of the current incarnation (e.g. a clock offset), after `extra_args`.
+    /// Per-node flags of the current incarnation, after `extra_args`.
     node_args: BTreeMap<u64, Vec<String>>,
+    /// Per-node environment of the current incarnation (e.g. a libfaketime clock skew).
+    node_env: BTreeMap<u64, Vec<(String, String)>>,
     /// Routes node-to-node traffic when started with [`Cluster::start_behind_proxy`].
     proxy: Option<proxy::FaultProxy>,
     /// The binary every (re)start runs.
@@ -120,14 +168,33 @@ impl Cluster {
         Self::launch(n, extra, true).await
     }
 
+    /// [`Cluster::start_behind_proxy`] with extra environment per node for every incarnation
+    /// (e.g. [`Skew::env`]).
+    pub async fn start_behind_proxy_with_env(
+        n: u64,
+        extra: &[&str],
+        env: BTreeMap<u64, Vec<(String, String)>>,
+    ) -> Result<Cluster> {
+        Self::launch_with(n, extra, true, BTreeMap::new(), env).await
+    }
+
     /// Like [`Cluster::start`], but node `id` runs as `wrapper... raftlock serve ...` for every
     /// `(id, wrapper)` in `wrappers` (a syscall tracer, for instance).
     pub async fn start_wrapped(n: u64, wrappers: BTreeMap<u64, Vec<String>>) -> Result<Cluster> {
-        Self::launch_with(n, &[], false, wrappers).await
+        Self::launch_with(n, &[], false, wrappers, BTreeMap::new()).await
+    }
+
+    /// Like [`Cluster::start`], with extra environment for some nodes from the first start
+    /// on (e.g. [`Skew::env`]).
+    pub async fn start_with_env(
+        n: u64,
+        env: BTreeMap<u64, Vec<(String, String)>>,
+    ) -> Result<Cluster> {
+        Self::launch_with(n, &[], false, BTreeMap::new(), env).await
     }
 
     async fn launch(n: u64, extra: &[&str], behind_proxy: bool) -> Result<Cluster> {
-        Self::launch_with(n, extra, behind_proxy, BTreeMap::new()).await
+        Self::launch_with(n, extra, behind_proxy, BTreeMap::new(), BTreeMap::new()).await
     }
 
     async fn launch_with(
@@ -135,6 +202,7 @@ impl Cluster {
         extra: &[&str],
         behind_proxy: bool,
         wrappers: BTreeMap<u64, Vec<String>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
@@ -185,6 +253,7 @@ impl Cluster {
                 .build()?,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             node_args: BTreeMap::new(),
+            node_env,
             proxy,
             bin,
             wrappers,
@@ -232,6 +301,7 @@ impl Cluster {
             ])
             .args(&self.extra_args)
             .args(self.node_args.get(&id).into_iter().flatten())
+            .envs(self.node_env.get(&id).into_iter().flatten().cloned())
             .env("RAFTLOCK_LOG", log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -310,11 +380,24 @@ impl Cluster {
         self.restart_with(id, &[])
     }
 
-    /// Restarts a killed node with `args` added to its flags for this incarnation only
-    /// (e.g. `--clock-offset-ms=2000`).
+    /// Restarts a killed node with `args` added to its flags for this incarnation only (its
+    /// environment stays as it was).
     pub fn restart_with(&mut self, id: u64, args: &[&str]) -> Result<()> {
+        let env = self.node_env.get(&id).cloned().unwrap_or_default();
+        self.restart_with_env(id, args, env)
+    }
+
+    /// Restarts a killed node with `args` and `env` for this incarnation only (e.g.
+    /// [`Skew::env`] to run it on a skewed wall clock).
+    pub fn restart_with_env(
+        &mut self,
+        id: u64,
+        args: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Result<()> {
         self.node_args
             .insert(id, args.iter().map(|s| s.to_string()).collect());
+        self.node_env.insert(id, env);
         let peers = self.peers.clone();
         self.spawn(id, &peers)
     }

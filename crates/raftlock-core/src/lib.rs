@@ -17,9 +17,12 @@
 //! - [`paging`]: opaque pagination cursors shared by every list call.
 //! - [`machine`]: [`StateMachine`], which owns all of the above, applies commands and
 //!   answers queries.
+//! - [`clock`]: the cluster-time rule (how the leader stamps entries and judges reads) that
+//!   keeps skewed or stepping wall clocks from ending a lease early.
 //! - [`ratelimit`]: the fixed-window request counter (pure; the server owns the instance).
 //! - [`codec`]: the one place that decides how state and commands become bytes.
 
+pub mod clock;
 pub mod codec;
 pub mod command;
 pub mod error;

@@ -61,14 +61,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RAFTLOCK_JOIN")]
     #[serde(default)]
     pub join: bool,
-    /// Test-only: offset this node's wall clock by this many milliseconds (chaos tests).
-    #[arg(
-        long,
-        env = "RAFTLOCK_CLOCK_OFFSET_MS",
-        allow_hyphen_values = true,
-        hide = true
-    )]
-    pub clock_offset_ms: Option<i64>,
+    /// Largest tolerated distance between this node's wall clock and cluster time, in ms
+    /// (default 500). Above it the node logs a warning and does not campaign for leadership
+    /// until its clock is back (docs/semantics.md, "Time").
+    #[arg(long, env = "RAFTLOCK_MAX_CLOCK_OFFSET_MS")]
+    pub max_clock_offset_ms: Option<u64>,
 }
 
 /// The resolved configuration of one node.
@@ -88,7 +85,8 @@ pub struct Config {
     pub snapshot_logs: u64,
     pub log_format: String,
     pub log: String,
-    pub clock_offset_ms: i64,
+    /// See [`ServeArgs::max_clock_offset_ms`].
+    pub max_clock_offset: Duration,
     /// Never initialize; wait to be added as a learner.
     pub join: bool,
 }
@@ -142,7 +140,7 @@ impl ServeArgs {
             snapshot_logs: self.snapshot_logs.or(other.snapshot_logs),
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
-            clock_offset_ms: self.clock_offset_ms.or(other.clock_offset_ms),
+            max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
             join: self.join || other.join,
         }
     }
@@ -195,7 +193,7 @@ impl ServeArgs {
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
-            clock_offset_ms: a.clock_offset_ms.unwrap_or(0),
+            max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
             join: a.join,
         })
     }

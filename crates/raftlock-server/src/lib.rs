@@ -5,6 +5,7 @@
 //! ## Layout
 //! - [`config`]: flags, `RAFTLOCK_*` environment and `--config` TOML into one [`config::Config`].
 //! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
+//! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
 //!   error dialects, body limits and forwarding to the leader.
@@ -14,6 +15,7 @@
 //!   `cluster`), built on `raftlock-client`.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dev;
 pub mod http;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use openraft::BasicNode;
@@ -13,6 +13,7 @@ use raftlock_core::{Nanos, Op, Outcome};
 use raftlock_raft::{Raft, SharedState};
 use tokio::sync::oneshot;
 
+use crate::clock::{wall_clock, NodeClock};
 use crate::config::Config;
 use crate::proposer::Proposer;
 
@@ -41,6 +42,8 @@ pub struct Node {
     pub forward_client: reqwest::Client,
     /// This node's cluster id, checked on every node-to-node request.
     pub identity: raftlock_raft::ClusterIdentity,
+    /// Cluster time: stamps for proposals, the time reads are judged at, the offset guard.
+    pub clock: Arc<NodeClock>,
 }
 
 impl Node {
@@ -48,8 +51,15 @@ impl Node {
     pub async fn start(config: Config) -> anyhow::Result<SharedNode> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
-        let (log_store, sm_store) = raftlock_raft::open(&config.data_dir)?;
+        let (mut log_store, sm_store) = raftlock_raft::open(&config.data_dir)?;
         let identity = raftlock_raft::ClusterIdentity::open(&config.data_dir)?;
+        let start_log_index = {
+            use openraft::storage::RaftLogStorage;
+            let log_state = log_store.get_log_state().await?;
+            log_state.last_log_id.map_or(0, |id| id.index)
+        };
+        let clock = NodeClock::new(start_log_index, config.max_clock_offset, config.tick);
+        let applied_rx = sm_store.subscribe_applied();
         let state = sm_store.shared();
         let raft_config = openraft::Config {
             cluster_name: "raftlock".into(),
@@ -79,7 +89,16 @@ impl Node {
         )
         .await
         .context("starting raft")?;
-        let proposer = Proposer::start(raft.clone(), config.commit_timeout, config.clock_offset_ms);
+        clock.spawn_tasks(raft.clone(), state.clone(), applied_rx);
+        let stamper = {
+            let (raft, state, clock) = (raft.clone(), state.clone(), clock.clone());
+            Arc::new(move || {
+                let term = raft.metrics().borrow().current_term;
+                let applied = state.read().map_or(0, |s| s.machine.time());
+                clock.stamp(term, applied)
+            })
+        };
+        let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
         let forward_client = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
@@ -94,6 +113,7 @@ impl Node {
             limiter: Mutex::new(FixedWindow::default()),
             forward_client,
             identity,
+            clock,
         }))
     }
 
@@ -124,9 +144,11 @@ impl Node {
         Ok(())
     }
 
-    /// This node's wall clock (plus the test-only offset), in nanoseconds.
-    pub fn now(&self) -> Nanos {
-        wall_clock(self.config.clock_offset_ms)
+    /// This node's best estimate of cluster time (for deadlines of waits and local checks;
+    /// ownership decisions use [`Node::linearizable`], judged at the leader's stamp).
+    pub fn cluster_now(&self) -> Nanos {
+        let applied = self.state.read().map_or(0, |s| s.machine.time());
+        self.clock.estimate(applied)
     }
 
     /// The leader's id and address, if one is known.
@@ -172,20 +194,28 @@ impl Node {
         read: impl FnOnce(&StateMachine, Nanos) -> T,
     ) -> Result<T, Unavailable> {
         self.read_gate.confirm().await?;
-        Ok(self.read_local(read))
+        // Judged at the time the next write would be stamped at (never later): a read never
+        // says free while the next write would still find the lock held.
+        let term = self.raft.metrics().borrow().current_term;
+        let guard = self.state.read().expect("state lock poisoned");
+        let now = self.clock.stamp(term, guard.machine.time());
+        Ok(read(&guard.machine, guard.machine.query_time(now)))
     }
 
     /// Reads the locally applied state without any leadership check (auth lookups on the
     /// leader, metrics). Never use this to answer an ownership question.
     pub fn read_local<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> T {
         let guard = self.state.read().expect("state lock poisoned");
-        let now = guard.machine.query_time(self.now());
+        let now = guard
+            .machine
+            .query_time(self.clock.estimate(guard.machine.time()));
         read(&guard.machine, now)
     }
 
     /// Counts one request of `bucket` against `limit` per minute (0 = unlimited).
     pub fn admit(&self, bucket: &str, limit: u32) -> Result<(), u64> {
-        let now = self.now();
+        // Rate-limit windows are local and approximate: the wall clock is fine here.
+        let now = wall_clock();
         self.limiter
             .lock()
             .expect("limiter poisoned")
@@ -208,14 +238,6 @@ impl Node {
             }
         });
     }
-}
-
-/// Wall-clock nanoseconds since the epoch, shifted by `offset_ms`.
-pub fn wall_clock(offset_ms: i64) -> Nanos {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    since.as_nanos() as Nanos + offset_ms * 1_000_000
 }
 
 type ReadWaiter = oneshot::Sender<Result<(), Unavailable>>;

@@ -1,5 +1,5 @@
 //! Group commit: concurrent writes are gathered into one [`Command`] (one log entry, one
-//! replication round trip, one fsync per node), stamped with the leader's clock.
+//! replication round trip, one fsync per node), stamped with cluster time (`crate::clock`).
 //!
 //! A background task takes everything queued, proposes it as a batch, and hands each caller
 //! its own outcome. A few batches may be in flight at once so the log pipeline stays full.
@@ -11,7 +11,12 @@ use raftlock_core::{Command, Op, Outcome};
 use raftlock_raft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::node::{wall_clock, Unavailable};
+use raftlock_core::Nanos;
+
+use crate::node::Unavailable;
+
+/// Gives the stamp of a batch about to be proposed (see [`crate::clock::NodeClock::stamp`]).
+pub type Stamper = Arc<dyn Fn() -> Nanos + Send + Sync>;
 
 /// Most ops in one log entry; bounds entry size (an op carries at most ~13 KB of names and
 /// metadata, so an entry stays under ~3.5 MB) and apply latency.
@@ -37,9 +42,9 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    pub fn start(raft: Raft, timeout: Duration, clock_offset_ms: i64) -> Self {
+    pub fn start(raft: Raft, timeout: Duration, stamper: Stamper) -> Self {
         let (tx, rx) = mpsc::channel(16 * MAX_BATCH);
-        tokio::spawn(run(raft, rx, timeout, clock_offset_ms));
+        tokio::spawn(run(raft, rx, timeout, stamper));
         Proposer { queue: tx, timeout }
     }
 
@@ -63,12 +68,7 @@ impl Proposer {
     }
 }
 
-async fn run(
-    raft: Raft,
-    mut rx: mpsc::Receiver<(Op, Reply)>,
-    timeout: Duration,
-    clock_offset_ms: i64,
-) {
+async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration, stamper: Stamper) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         let permit = Arc::clone(&slots)
@@ -89,12 +89,10 @@ async fn run(
             continue;
         }
         let raft = raft.clone();
+        let stamp = stamper();
         tokio::spawn(async move {
             let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
-            let cmd = Command {
-                stamp: wall_clock(clock_offset_ms),
-                ops,
-            };
+            let cmd = Command { stamp, ops };
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
                 Ok(Ok(resp)) => Ok(resp.data),
                 Ok(Err(e)) => Err(Unavailable(format!("write not accepted: {e}"))),

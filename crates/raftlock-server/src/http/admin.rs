@@ -323,7 +323,7 @@ async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<R
     Ok(Json(cluster_view(&node)).into_response())
 }
 
-/// This node's view: `{"node_id","cluster_id","leader","term","commit_index","applied_index","members"}`.
+/// This node's view: `{"node_id","cluster_id","clock_offset_ms","leader","term","commit_index","applied_index","members"}`.
 pub fn cluster_view(node: &Node) -> Value {
     let m = node.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
@@ -335,6 +335,7 @@ pub fn cluster_view(node: &Node) -> Value {
     json!({
         "node_id": node.config.node_id,
         "cluster_id": node.identity.get(),
+        "clock_offset_ms": node.clock.offset().map(|o| o / 1_000_000),
         "leader": m.current_leader,
         "term": m.current_term,
         "commit_index": commit_index(&m, node.config.node_id).unwrap_or(0),

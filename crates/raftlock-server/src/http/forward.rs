@@ -151,7 +151,7 @@ async fn forward_blocking_acquire(
     d: Dialect,
 ) -> Result<Response, ApiError> {
     let waiter_id = super::rpc::new_waiter_id();
-    let deadline_nanos = node.now() + wait_secs as i64 * 1_000_000_000;
+    let deadline_nanos = node.cluster_now() + wait_secs as i64 * 1_000_000_000;
     let give_up =
         tokio::time::Instant::now() + Duration::from_secs(wait_secs) + node.config.commit_timeout;
     let extra = [

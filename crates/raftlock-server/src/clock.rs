@@ -1,0 +1,186 @@
+//! This node's cluster clock: the [`raftlock_core::clock`] rule fed with real clock readings,
+//! the watcher that records every applied cluster time, and the guard that keeps a node whose
+//! wall clock is off from campaigning.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use raftlock_core::clock::ClusterClock;
+use raftlock_core::Nanos;
+use raftlock_raft::{Raft, SharedState};
+use tokio::sync::watch;
+
+/// How long a node whose clock is unfit (off by more than the bound, or no live view of
+/// cluster time since it started) waits without seeing the cluster make progress before it
+/// campaigns anyway: long enough for any fit node to win first, short enough that clocks cost
+/// seconds of availability, not all of it. (Safety never depends on who leads: stamps follow
+/// the line whatever the leader's wall clock says.)
+pub const UNFIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How often the guard re-checks the clock offset.
+const GUARD_PERIOD: Duration = Duration::from_millis(100);
+
+/// The wall clock, in nanoseconds since the Unix epoch.
+pub fn wall_clock() -> Nanos {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as Nanos)
+}
+
+/// Shared by the proposer (stamps), reads (judging time) and the guard.
+pub struct NodeClock {
+    /// The rule's state.
+    rule: Mutex<ClusterClock>,
+    /// Origin of this node's monotonic readings.
+    origin: Instant,
+    /// The last log index when the process started: entries above it were committed while
+    /// the process ran, so the time they carry is fresh.
+    start_log_index: u64,
+    /// Largest tolerated |wall − cluster time| before the node stops campaigning.
+    max_offset: Nanos,
+    /// When this node last saw an entry applied (or started): no progress for a while means
+    /// no working leader.
+    last_progress: Mutex<Instant>,
+    /// How long without progress counts as leaderless: [`UNFIT_GRACE`], or two ticks when
+    /// ticks are slower.
+    stall: Duration,
+}
+
+impl NodeClock {
+    pub fn new(start_log_index: u64, max_offset: Duration, tick: Duration) -> Arc<Self> {
+        Arc::new(NodeClock {
+            rule: Mutex::new(ClusterClock::new()),
+            origin: Instant::now(),
+            start_log_index,
+            max_offset: max_offset.as_nanos() as Nanos,
+            last_progress: Mutex::new(Instant::now()),
+            stall: UNFIT_GRACE.max(2 * tick),
+        })
+    }
+
+    fn mono(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    fn rule(&self) -> std::sync::MutexGuard<'_, ClusterClock> {
+        self.rule.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the cluster time of the state machine after applying entry `index`.
+    pub fn observe_applied(&self, time: Nanos, index: u64) {
+        *self.last_progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let mono = self.mono();
+        self.rule()
+            .observe(time, mono, index > self.start_log_index);
+    }
+
+    /// The time for an entry proposed, or a read judged, now by the leader of `term` whose
+    /// machine has applied up to `applied`.
+    pub fn stamp(&self, term: u64, applied: Nanos) -> Nanos {
+        let (wall, mono) = (wall_clock(), self.mono());
+        self.rule().stamp(term, wall, mono, applied)
+    }
+
+    /// Best estimate of cluster time on any node (for deadlines and local checks).
+    pub fn estimate(&self, applied: Nanos) -> Nanos {
+        let mono = self.mono();
+        self.rule().estimate(mono).unwrap_or(applied).max(applied)
+    }
+
+    /// `wall − cluster time` on this node, once it has seen cluster time.
+    pub fn offset(&self) -> Option<Nanos> {
+        let (wall, mono) = (wall_clock(), self.mono());
+        self.rule().offset(wall, mono)
+    }
+
+    /// Whether this node should campaign: its clock is fit (a live view of cluster time and an
+    /// offset within the bound), or the cluster has made no progress for `stall` (no fit node
+    /// is leading), or the cluster is new (nothing to protect yet).
+    fn may_campaign(&self, applied: Nanos) -> bool {
+        if applied == 0 {
+            return true;
+        }
+        let rule = self.rule();
+        let fit = rule.is_live()
+            && rule
+                .offset(wall_clock(), self.mono())
+                .is_some_and(|o| o.abs() <= self.max_offset);
+        let stalled = self
+            .last_progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+            >= self.stall;
+        fit || stalled
+    }
+
+    /// Starts the watcher of applied entries and the campaign guard.
+    pub fn spawn_tasks(
+        self: &Arc<Self>,
+        raft: Raft,
+        state: SharedState,
+        applied_rx: watch::Receiver<u64>,
+    ) {
+        tokio::spawn(watch_applied(Arc::clone(self), state.clone(), applied_rx));
+        tokio::spawn(guard(Arc::clone(self), raft, state));
+    }
+}
+
+fn applied_time(state: &SharedState) -> Nanos {
+    state.read().map_or(0, |s| s.machine.time())
+}
+
+async fn watch_applied(clock: Arc<NodeClock>, state: SharedState, mut rx: watch::Receiver<u64>) {
+    loop {
+        let index = *rx.borrow_and_update();
+        let time = applied_time(&state);
+        // Time 0: nothing stamped applied yet (only membership or blank entries).
+        if time > 0 {
+            clock.observe_applied(time, index);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Every [`GUARD_PERIOD`]: publishes the offset, warns when it crosses the bound, switches
+/// elections off while the clock is unfit, and drops the leader line after losing leadership.
+async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
+    let mut interval = tokio::time::interval(GUARD_PERIOD);
+    let mut electing = true;
+    loop {
+        interval.tick().await;
+        let (leader, me) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, m.id)
+        };
+        if leader != Some(me) {
+            clock.rule().step_down();
+        }
+        if let Some(offset) = clock.offset() {
+            metrics::gauge!("raftlock_clock_offset_seconds").set(offset as f64 / 1e9);
+        }
+        let fit = clock.may_campaign(applied_time(&state));
+        if fit != electing {
+            electing = fit;
+            raft.runtime_config().elect(fit);
+            if fit {
+                tracing::info!(
+                    node = me,
+                    "clock within bound: campaigning for leadership again"
+                );
+            } else {
+                tracing::warn!(
+                    node = me,
+                    leader = ?leader,
+                    offset_ms = clock.offset().map(|o| o / 1_000_000),
+                    max_ms = clock.max_offset / 1_000_000,
+                    live = clock.rule().is_live(),
+                    "wall clock off cluster time (or no live view of it yet): not campaigning unless the cluster stalls"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Time that no wall clock can break (issue 11). Real processes run on skewed or stepping wall
+//! clocks (libfaketime, monotonic clocks untouched) and every judgement uses the test
+//! machine's one true clock: a second holder never gets a lock before the first holder's
+//! `expires_at` has passed, and a lease taken under a skewed leader frees within TTL + 1 s
+//! grace + 2 s.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use raftlock_tests::{eventually, token, Cluster, Locks, Skew};
+
+/// True time, seconds since the epoch (this test process is never skewed).
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn parse_time(s: &str) -> Result<f64> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)?;
+    Ok(t.unix_timestamp_nanos() as f64 / 1e9)
+}
+
+/// Polls `acquire` of `key` on `locks` until it succeeds; returns the true time the winning
+/// request was sent.
+async fn acquire_when_free(locks: &Locks, key: &str, within: Duration) -> Result<f64> {
+    let deadline = now() + within.as_secs_f64();
+    let t = token();
+    while now() < deadline {
+        let sent = now();
+        if let Ok(a) = locks.acquire(key, &t, 30).await {
+            match a.status {
+                200 => return Ok(sent),
+                409 | 503 => {}
+                other => bail!("acquire {key}: unexpected {other} {:?}", a.body),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("{key} never became free within {within:?}")
+}
+
+/// The gauge `raftlock_clock_offset_seconds` of node `id`.
+async fn clock_offset(cluster: &Cluster, id: u64) -> Option<f64> {
+    let text = cluster
+        .http
+        .get(cluster.url(id, "/metrics"))
+        .bearer_auth(&cluster.platform)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("raftlock_clock_offset_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn two_fast_nodes_never_let_a_second_client_take_a_held_lock() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fast2 = Skew::new(dir.path().join("s2"), 60_000)?;
+    let fast3 = Skew::new(dir.path().join("s3"), 60_000)?;
+    let env = BTreeMap::from([(2, fast2.env()), (3, fast3.env())]);
+    let cluster = Cluster::start_with_env(3, env).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    assert_eq!(leader, 1, "node 1 (true clock) initializes and leads first");
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let a = Locks::new(&cluster, 1, &key);
+    let granted = a.acquire("job", &token(), 10).await?;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let promise = parse_time(granted.body["expires_at"].as_str().context("expires_at")?)?;
+    for id in [2, 3] {
+        let offset = eventually(Duration::from_secs(10), "the skew to show", || async {
+            clock_offset(&cluster, id).await.filter(|o| *o > 30.0)
+        })
+        .await?;
+        println!("node {id}: raftlock_clock_offset_seconds {offset:.1}");
+    }
+
+    // The true-clock leader stops; the fast nodes must not hand the lock to B early.
+    cluster.pause(1)?;
+    let b = Locks::new(&cluster, 2, &key);
+    let resume = tokio::spawn({
+        let pid = cluster.pid(1).context("node 1 runs")?;
+        async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            // SAFETY: SIGCONT to the node process this test paused.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        }
+    });
+    let b_sent = acquire_when_free(&b, "job", Duration::from_secs(30)).await?;
+    resume.await?;
+    println!(
+        "B acquired {:.2} s after A's expires_at (A's promise)",
+        b_sent - promise
+    );
+    assert!(
+        b_sent >= promise,
+        "B took the lock {:.2} s before A's expires_at on the true clock",
+        promise - b_sent
+    );
+    assert!(
+        b_sent <= promise + 1.0 + 2.0,
+        "the lock stayed held {:.2} s past expires_at + 1 s grace",
+        b_sent - promise - 1.0
+    );
+    Ok(())
+}
+
+/// A lease taken while the leader's clock is stepped by `step_ms` frees on time — whether that
+/// leader keeps leading (`kill_leader == false`) or a true-clock node takes over.
+async fn stepped_leader_lease_frees_on_time(step_ms: i64, kill_leader: bool) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let skews: BTreeMap<u64, Skew> = (1..=3)
+        .map(|id| Ok((id, Skew::new(dir.path().join(format!("s{id}")), 0)?)))
+        .collect::<Result<_>>()?;
+    let env = skews.iter().map(|(id, s)| (*id, s.env())).collect();
+    let mut cluster = Cluster::start_with_env(3, env).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    skews[&leader].set(step_ms)?;
+    let a = Locks::new(&cluster, leader, &key);
+    let sent = now();
+    let granted = a.acquire("job", &token(), 5).await?;
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let promise = parse_time(granted.body["expires_at"].as_str().context("expires_at")?)?;
+    assert!(
+        (promise - (sent + 5.0)).abs() < 2.0, // whole seconds, rounded down; up to MAX_LAG behind
+        "expires_at is {:.2} s off the true clock's TTL",
+        promise - (sent + 5.0)
+    );
+    let read = a.read("job").await?;
+    assert_eq!(
+        read.body["held"], true,
+        "a read right after the grant: {:?}",
+        read.body
+    );
+    let serving = if kill_leader {
+        cluster.kill(leader);
+        cluster.wait_for_leader(Duration::from_secs(10)).await?
+    } else {
+        leader
+    };
+    let b = Locks::new(&cluster, serving, &key);
+    let b_sent = acquire_when_free(&b, "job", Duration::from_secs(90)).await?;
+    println!(
+        "step {step_ms} ms, leader killed: {kill_leader}: B acquired {:.2} s after A's request (TTL 5 s)",
+        b_sent - sent
+    );
+    assert!(b_sent >= promise, "B took the lock before A's expires_at");
+    assert!(
+        b_sent - sent <= 5.0 + 1.0 + 2.0,
+        "the 5 s lease stayed held {:.2} s",
+        b_sent - sent
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lease_under_a_leader_stepped_60s_ahead_frees_on_time_after_failover() -> Result<()> {
+    stepped_leader_lease_frees_on_time(60_000, true).await
+}
+
+#[tokio::test]
+async fn a_lease_under_a_leader_stepped_60s_ahead_is_not_cut_short() -> Result<()> {
+    stepped_leader_lease_frees_on_time(60_000, false).await
+}
+
+#[tokio::test]
+async fn a_lease_under_a_leader_stepped_60s_back_frees_on_time() -> Result<()> {
+    stepped_leader_lease_frees_on_time(-60_000, false).await
+}
+
+#[tokio::test]
+async fn a_lease_under_a_leader_stepped_60s_back_frees_on_time_after_failover() -> Result<()> {
+    stepped_leader_lease_frees_on_time(-60_000, true).await
+}
