@@ -462,3 +462,84 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
     );
     Ok(())
 }
+
+/// Runs `raftlock serve` as node 1 of a one-node cluster on `data_dir` and returns its exit
+/// status and stderr; it must stop by itself (refusing to start).
+fn serve_until_exit(data_dir: &Path) -> Result<(std::process::ExitStatus, String)> {
+    let port = raftlock_tests::free_port();
+    let out = std::process::Command::new(raftlock_tests::binary())
+        .args(["serve", "--node-id", "1", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--peers")
+        .arg(format!("1=127.0.0.1:{port}"))
+        .args([
+            "--cluster-secret",
+            "s",
+            "--platform-token",
+            "p",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("RUST_BACKTRACE", "0")
+        .env("RAFTLOCK_LOG", "error")
+        .output()?;
+    Ok((
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[tokio::test]
+async fn damaged_or_old_data_is_refused_with_one_line_naming_the_file() -> Result<()> {
+    // A 0.1 (sled) data directory.
+    let old = tempfile::tempdir()?;
+    std::fs::write(old.path().join("conf"), b"segment_size: 524288")?;
+    std::fs::write(old.path().join("db"), [0u8; 64])?;
+    let (status, stderr) = serve_until_exit(old.path())?;
+    assert!(!status.success());
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error:"))
+        .context("an error line")?;
+    assert!(
+        line.contains("sled layout")
+            && line.contains("--join")
+            && line.contains(&old.path().display().to_string()),
+        "{line}"
+    );
+
+    // A WAL whose middle frame rotted: damage, not a torn tail.
+    let mut cluster = Cluster::start(1).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let locks = Locks::new(&cluster, 1, &key);
+    for i in 0..20 {
+        assert_eq!(
+            locks.acquire(&format!("k{i}"), &token(), 600).await?.status,
+            200
+        );
+    }
+    cluster.kill(1);
+    let dir = cluster.data_dir(1);
+    let wal = dir.join("wal-0000000000000001.log");
+    let mut bytes = std::fs::read(&wal)?;
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x55;
+    std::fs::write(&wal, &bytes)?;
+    let (status, stderr) = serve_until_exit(&dir)?;
+    assert!(!status.success());
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error:"))
+        .context("an error line")?;
+    assert!(
+        line.contains(&wal.display().to_string()) && line.contains("damaged at byte"),
+        "{line}"
+    );
+    assert_eq!(
+        std::fs::read(&wal)?,
+        bytes,
+        "nothing was repaired or dropped"
+    );
+    println!("{line}");
+    Ok(())
+}

@@ -115,6 +115,13 @@ pub struct ClusterView {
     /// Raft role (`Leader`, `Follower`, `Candidate`, `Learner`).
     #[serde(default)]
     pub state: String,
+    /// The node's wall clock minus its estimate of cluster time, in ms (absent before the
+    /// node has seen cluster time, and from servers that predate it).
+    #[serde(default)]
+    pub clock_offset_ms: Option<i64>,
+    /// The cluster's id (absent before the node has one).
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     /// Members.
     pub members: Vec<Member>,
 }

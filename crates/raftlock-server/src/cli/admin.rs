@@ -242,6 +242,9 @@ pub async fn cluster(args: ClusterArgs) -> CmdResult {
                             num(|v| v.term),
                             num(|v| v.commit_index),
                             num(|v| v.applied_index),
+                            v.and_then(|v| v.clock_offset_ms)
+                                .map(|o| format!("{o:+}"))
+                                .unwrap_or_else(|| "-".into()),
                             if n.healthy { "ok" } else { "down" }.into(),
                             if n.ready {
                                 "ready".into()
@@ -257,8 +260,8 @@ pub async fn cluster(args: ClusterArgs) -> CmdResult {
                     status.nodes.len(),
                     table(
                         &[
-                            "ID", "ADDR", "ROLE", "VOTER", "TERM", "COMMIT", "APPLIED", "HEALTHZ",
-                            "READYZ"
+                            "ID", "ADDR", "ROLE", "VOTER", "TERM", "COMMIT", "APPLIED", "CLOCK_MS",
+                            "HEALTHZ", "READYZ"
                         ],
                         &rows
                     )
