@@ -132,6 +132,86 @@ pub enum HierOp {
     },
 }
 
+impl HierOp {
+    /// The checks of this operation that need no state (names, sizes, TTLs, metadata), in the
+    /// order apply makes them. The server runs them before proposing, so a request that would
+    /// be refused for its shape never reaches the log; apply runs them again, so nothing in
+    /// the log can bypass them.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        use crate::validate as v;
+        match self {
+            HierOp::CreateNamespace {
+                name,
+                description,
+                metadata,
+            } => {
+                v::simple_name("name", name)?;
+                v::description(description)?;
+                v::metadata(metadata)
+            }
+            HierOp::UpdateNamespace {
+                name,
+                description,
+                metadata,
+                ..
+            } => {
+                v::simple_name("namespace_name", name)?;
+                v::description(description)?;
+                v::metadata(metadata)
+            }
+            HierOp::DeleteNamespace { name } => v::simple_name("namespace_name", name),
+            HierOp::CreateLease {
+                namespace,
+                process_id,
+                ttl_seconds,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::process_id(process_id)?;
+                v::lease_ttl(*ttl_seconds)
+            }
+            HierOp::RefreshLease {
+                namespace,
+                ttl_seconds,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::lease_ttl(*ttl_seconds)
+            }
+            HierOp::RevokeLease { namespace, .. } => v::simple_name("namespace_name", namespace),
+            HierOp::AcquireLock {
+                namespace,
+                lock_name,
+                metadata,
+                wait,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::lock_name(lock_name)?;
+                v::metadata(metadata)?;
+                wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
+            }
+            HierOp::CancelWait {
+                namespace,
+                lock_name,
+                ..
+            }
+            | HierOp::ReleaseLock {
+                namespace,
+                lock_name,
+                ..
+            }
+            | HierOp::DeleteLock {
+                namespace,
+                lock_name,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::lock_name(lock_name)
+            }
+        }
+    }
+}
+
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {

@@ -165,6 +165,7 @@ impl StateMachine {
     }
 
     fn apply_hier(&mut self, project: &str, op: &HierOp, t: Nanos) -> Outcome {
+        op.validate()?;
         let h = &mut self.hierarchy;
         match op {
             HierOp::CreateNamespace {

@@ -150,6 +150,8 @@ struct Call {
 
 impl Call {
     async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
+        // Refused for its shape: answer now, and keep it out of the log.
+        op.validate().map_err(core)?;
         let op = Op::Hier {
             project: self.project.clone(),
             op,
@@ -303,20 +305,23 @@ impl Call {
         )
     }
 
-    async fn try_acquire(
-        &self,
-        r: &LockReq,
-        wait: Option<WaitSpec>,
-    ) -> Result<AcquireReply, ApiError> {
-        let op = HierOp::AcquireLock {
+    fn acquire_op(r: &LockReq, wait: Option<WaitSpec>) -> HierOp {
+        HierOp::AcquireLock {
             namespace: r.namespace_name.clone(),
             lock_name: r.lock_name.clone(),
             exclusive: r.exclusive,
             lease_id: r.lease_id.clone(),
             metadata: r.metadata.clone(),
             wait,
-        };
-        match self.write(op).await? {
+        }
+    }
+
+    async fn try_acquire(
+        &self,
+        r: &LockReq,
+        wait: Option<WaitSpec>,
+    ) -> Result<AcquireReply, ApiError> {
+        match self.write(Self::acquire_op(r, wait)).await? {
             Reply::Acquire(a) => Ok(a),
             other => Err(unexpected(other)),
         }
@@ -342,6 +347,10 @@ impl Call {
         let Some(spec) = wait else {
             return Ok(json!(self.try_acquire(&r, None).await?));
         };
+        // Refused for its shape before the cancel guard is armed: such a call writes nothing.
+        Self::acquire_op(&r, Some(spec.clone()))
+            .validate()
+            .map_err(core)?;
         let cancel = HierOp::CancelWait {
             namespace: r.namespace_name.clone(),
             lock_name: r.lock_name.clone(),
