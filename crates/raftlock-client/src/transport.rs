@@ -122,6 +122,8 @@ impl ClientBuilder {
         })?;
         let http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            // Servers close idle connections after 10 s; let go of them first.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
         Ok(Client {

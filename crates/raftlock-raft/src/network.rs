@@ -69,7 +69,8 @@ impl Network {
         let client = reqwest::Client::builder()
             .use_rustls_tls()
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
+            // Below the peers' header-read timeout (10 s), which also closes idle connections.
+            .pool_idle_timeout(Duration::from_secs(5))
             .connect_timeout(Duration::from_secs(1))
             .build()
             .expect("building the reqwest client (rustls) cannot fail");

@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// until its clock is back (docs/semantics.md, "Time").
     #[arg(long, env = "RAFTLOCK_MAX_CLOCK_OFFSET_MS")]
     pub max_clock_offset_ms: Option<u64>,
+    /// Most open client and peer connections on the listener (default 8192); more wait in
+    /// the kernel's accept queue.
+    #[arg(long, env = "RAFTLOCK_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
 }
 
 /// The resolved configuration of one node.
@@ -87,6 +91,8 @@ pub struct Config {
     pub log: String,
     /// See [`ServeArgs::max_clock_offset_ms`].
     pub max_clock_offset: Duration,
+    /// See [`ServeArgs::max_connections`].
+    pub max_connections: usize,
     /// Never initialize; wait to be added as a learner.
     pub join: bool,
 }
@@ -141,6 +147,7 @@ impl ServeArgs {
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
+            max_connections: self.max_connections.or(other.max_connections),
             join: self.join || other.join,
         }
     }
@@ -194,6 +201,7 @@ impl ServeArgs {
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
+            max_connections: a.max_connections.unwrap_or(8192),
             join: a.join,
         })
     }

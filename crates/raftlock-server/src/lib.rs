@@ -7,6 +7,7 @@
 //! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
 //!   error dialects, body limits and forwarding to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
@@ -19,6 +20,7 @@ pub mod clock;
 pub mod config;
 pub mod dev;
 pub mod http;
+pub mod listener;
 pub mod node;
 pub mod proposer;
 pub mod telemetry;
@@ -34,10 +36,9 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     tracing::info!(node_id = config.node_id, listen = %config.listen, data_dir = %config.data_dir.display(), "starting raftlock node");
     let node = node::Node::start(config).await?;
     let app = http::router(node.clone());
+    let max_connections = node.config.max_connections;
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
+        listener::serve(listener, app, max_connections, shutdown_signal()).await
     });
     node.bootstrap().await?;
     node.spawn_ticker();

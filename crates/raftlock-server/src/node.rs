@@ -100,7 +100,10 @@ impl Node {
         };
         let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
         let forward_client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Shorter than the peers' header-read timeout (10 s), which also closes idle
+            // connections: this side lets go first, so a reused connection is never one the
+            // server is closing.
+            .pool_idle_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .build()?;
         let read_gate = ReadGate::new(raft.clone(), config.commit_timeout);

@@ -1,0 +1,82 @@
+//! The HTTP listener: hyper's HTTP/1 server with the limits `axum::serve` does not set, so a
+//! slow or hostile client cannot hold a node's port.
+//!
+//! - **Header-read timeout** ([`HEADER_READ_TIMEOUT`]): a connection that has not sent a
+//!   whole request head in time is closed. This also bounds how long an idle keep-alive
+//!   connection is kept (hyper starts the timer whenever it waits for the next request head),
+//!   which is why the node's own HTTP clients drop idle connections sooner.
+//! - **Connection cap** (`--max-connections`): past it, new connections wait in the kernel's
+//!   accept queue instead of each taking memory and a task.
+//! - **Graceful stop**: on SIGTERM/Ctrl-C, stop accepting, let open connections finish their
+//!   requests (bounded by [`DRAIN_TIMEOUT`]), then return.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// How long a client may take to send a request head (and how long an idle keep-alive
+/// connection stays open).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping node waits for open requests to finish.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `app` on `listener` until `shutdown` resolves, with at most `max_connections` open.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    max_connections: usize,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+            _ = &mut shutdown => break,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        metrics::gauge!("raftlock_http_connections").increment(1.0);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            metrics::gauge!("raftlock_http_connections").decrement(1.0);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("open requests did not finish within the drain timeout");
+    }
+    Ok(())
+}
