@@ -33,7 +33,8 @@ fn parse_trace(text: &str) -> Vec<Call> {
     let mut pending: HashMap<&str, (f64, String)> = HashMap::new();
     let mut calls = Vec::new();
     for line in text.lines() {
-        let mut parts = line.splitn(3, ' ').filter(|p| !p.is_empty());
+        // `PID TIMESTAMP CALL...`; strace pads the pid column, so split on runs of spaces.
+        let mut parts = line.split_whitespace();
         let (Some(tid), Some(ts)) = (parts.next(), parts.next()) else {
             continue;
         };
