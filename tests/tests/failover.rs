@@ -74,6 +74,17 @@ async fn without_quorum_every_call_answers_503_within_5s() -> anyhow::Result<()>
             (503, "lock_service_unavailable"),
             "{what}: {a:?}"
         );
+        let text = a.body.to_string();
+        for internal in ["BasicNode", "Some(", "127.0.0.1", "http://"] {
+            assert!(
+                !text.contains(internal),
+                "{what}: the 503 names internals: {text}"
+            );
+        }
+        assert!(
+            a.headers.get("retry-after").is_some(),
+            "{what}: 503 without Retry-After"
+        );
     }
     // Time one call from start to answer.
     let started = Instant::now();

@@ -265,7 +265,10 @@ async fn refresh_loop(
                 }
                 Err(e) => {
                     tracing::warn!(lease = %lease_id, error = %e, "lease refresh failed; retrying");
+                    // Only a rate limit's Retry-After is worth waiting out; a 503's (a leader
+                    // change) is not, with the lease's own clock running.
                     e.retry_after()
+                        .filter(|_| e.is_rate_limited())
                         .unwrap_or(Duration::from_millis(200))
                         .min(Duration::from_secs(1))
                 }

@@ -297,12 +297,18 @@ impl ReadGate {
                 }
                 std::mem::take(&mut q.1)
             };
-            let result =
-                match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable()).await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(Unavailable(format!("cannot confirm leadership: {e}"))),
-                    Err(_) => Err(Unavailable("leadership not confirmed in time".into())),
-                };
+            let result = match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable())
+                .await
+            {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "cannot confirm leadership");
+                    Err(Unavailable(
+                        "cannot confirm leadership (the leader changed or lost its quorum)".into(),
+                    ))
+                }
+                Err(_) => Err(Unavailable("leadership not confirmed in time".into())),
+            };
             for waiter in batch {
                 let _ = waiter.send(result.clone());
             }

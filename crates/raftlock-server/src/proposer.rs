@@ -33,6 +33,20 @@ const MAX_IN_FLIGHT: usize = 2;
 
 type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
 
+/// The client-facing reason a write was refused by Raft: no internals.
+fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -> String {
+    use openraft::error::{ClientWriteError, RaftError};
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+            "the leader changed; retry".into()
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => {
+            "a membership change is in progress; retry".into()
+        }
+        RaftError::Fatal(_) => "this node is shutting down".into(),
+    }
+}
+
 /// Handle to the batching task.
 #[derive(Clone)]
 pub struct Proposer {
@@ -95,7 +109,11 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration,
             let cmd = Command { stamp, ops };
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
                 Ok(Ok(resp)) => Ok(resp.data),
-                Ok(Err(e)) => Err(Unavailable(format!("write not accepted: {e}"))),
+                Ok(Err(e)) => {
+                    // The details (leader ids, peer addresses) go to the log, not to clients.
+                    tracing::debug!(error = %e, "write not accepted");
+                    Err(Unavailable(not_accepted(&e)))
+                }
                 Err(_) => Err(Unavailable("write not committed in time".into())),
             };
             drop(permit);

@@ -38,7 +38,7 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
-    /// Seconds for `Retry-After` (rate limiting).
+    /// Seconds for `Retry-After` (rate limiting, unavailability).
     pub retry_after: Option<u64>,
 }
 
@@ -80,12 +80,16 @@ impl ApiError {
         ApiError::new(dialect, StatusCode::BAD_REQUEST, message)
     }
 
+    /// 503 with `Retry-After: 1`: unavailability here is a leader change or a lost quorum,
+    /// which either heals within about a second or needs an operator.
     pub fn unavailable(dialect: Dialect, why: impl std::fmt::Display) -> Self {
-        ApiError::new(
+        let mut e = ApiError::new(
             dialect,
             StatusCode::SERVICE_UNAVAILABLE,
             format!("lock service unavailable: {why}"),
-        )
+        );
+        e.retry_after = Some(1);
+        e
     }
 
     pub fn rate_limited(dialect: Dialect, retry_after: u64) -> Self {

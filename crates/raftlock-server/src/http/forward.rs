@@ -236,16 +236,16 @@ async fn send(
     if let Some(id) = node.identity.get() {
         req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
     }
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| ApiError::unavailable(d, format!("leader unreachable: {e}")))?;
+    let resp = req.send().await.map_err(|e| {
+        tracing::debug!(error = %e, "forward to the leader failed");
+        ApiError::unavailable(d, "leader unreachable")
+    })?;
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| ApiError::unavailable(d, format!("leader reply lost: {e}")))?;
+    let body = resp.bytes().await.map_err(|e| {
+        tracing::debug!(error = %e, "leader reply lost");
+        ApiError::unavailable(d, "leader reply lost")
+    })?;
     // A gateway error that is not one of ours came from something on the link (a proxy or
     // sidecar between the nodes), not from the leader: answer in the API's error format.
     if matches!(status.as_u16(), 502..=504)
