@@ -21,7 +21,8 @@
 //!   wall clock is ahead of the line by at most [`SLEW_WINDOW`], the line may catch up at
 //!   [`SLEW_RATE_PER_1000`]/1000 of the elapsed time. That lets cluster time converge to true
 //!   time after the small losses of leader changes, and bounds what a wrong clock can do: a
-//!   clock more than `SLEW_WINDOW` ahead never moves the line at all.
+//!   clock more than `SLEW_WINDOW` ahead never moves the line at all, and slew adds at most
+//!   `SLEW_WINDOW` over a whole term.
 //! * **Never much slower.** A stamp is at least `line − MAX_LAG`, so a slow or stepped-back
 //!   wall clock costs at most `MAX_LAG` of lateness, and time still advances at the real rate.
 //! * **Never backwards.** Stamps and read times handed out by one node never decrease
@@ -166,7 +167,10 @@ impl Lead {
         self.slew_mono = self.slew_mono.max(mono);
         let gap = wall - self.line(mono);
         if gap > 0 && gap <= SLEW_WINDOW {
-            self.slewed += gap.min(elapsed * SLEW_RATE_PER_1000 / 1000);
+            // Capped per term: a wall clock that keeps running fast inside the window gains
+            // cluster time at most SLEW_WINDOW over real time while this node leads.
+            let step = gap.min(elapsed * SLEW_RATE_PER_1000 / 1000);
+            self.slewed = (self.slewed + step).min(SLEW_WINDOW);
         }
     }
 }
@@ -199,6 +203,21 @@ mod tests {
         c.step_down();
         c.observe(106 * S, 6 * S, true);
         assert_eq!(c.stamp(2, 0, 7 * S, 106 * S), 107 * S - MAX_LAG);
+    }
+
+    #[test]
+    fn slew_gains_at_most_the_window_per_term() {
+        let mut c = ClusterClock::new();
+        c.observe(100 * S, 0, true);
+        // A wall clock 5 % fast that stays inside the window keeps pulling; an hour later
+        // the line has gained no more than SLEW_WINDOW.
+        let mut stamp = 0;
+        for sec in 1..=3600 {
+            let real = sec * S;
+            let wall_ahead = (real / 20).min(SLEW_WINDOW - MS);
+            stamp = c.stamp(1, 100 * S + real + wall_ahead, real, 0);
+        }
+        assert!(stamp <= 100 * S + 3600 * S + SLEW_WINDOW, "{stamp}");
     }
 
     #[test]

@@ -283,3 +283,38 @@ fn damage_before_a_valid_frame_in_the_last_segment_is_refused() {
         "{err}"
     );
 }
+
+/// A rotten length field in the middle of the last segment: the frame it claims ends on
+/// garbage, but valid frames follow, so it is damage and refused — never cut as a torn tail.
+#[test]
+fn a_damaged_length_in_the_last_segment_is_refused_not_cut() {
+    let disk = SimDir::new();
+    let (mut store, _) = reopen(&disk);
+    let mut model = LogContents::default();
+    let (mut vote, mut snap) = (None, None);
+    for _ in 0..3 {
+        run_step(
+            &mut store,
+            &mut model,
+            &mut vote,
+            &mut snap,
+            &Step::Append(2, false),
+        )
+        .unwrap();
+    }
+    drop(store);
+    let name = "wal-0000000000000001.log";
+    let mut bytes = disk.read(name).unwrap().unwrap();
+    let checkpoint_len = 8 + u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    // The first append's length field now claims far more than the file holds.
+    bytes[checkpoint_len + 3] = 0x20;
+    let mut file = disk.create(name).unwrap();
+    file.append(&bytes).unwrap();
+    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
+    let err = Wal::open(dir, SEGMENT_BYTES)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("damaged at byte"), "{err}");
+    assert_eq!(disk.read(name).unwrap().unwrap(), bytes, "nothing cut");
+}

@@ -57,6 +57,10 @@ struct Shared {
     applied_tx: Arc<watch::Sender<u64>>,
     /// The data directory holding the snapshot file.
     dir: Arc<dyn Dir>,
+    /// Serializes snapshot writes and remembers what the file holds: openraft builds
+    /// snapshots on their own task, so a build of an older state can finish after an install
+    /// of a newer one; it must neither share the temporary file nor replace the newer file.
+    persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -111,6 +115,11 @@ impl Shared {
     /// Makes `snap` the current snapshot, durably (temp file, sync, rename, directory sync), so
     /// the log before it may be purged.
     async fn persist_snapshot(&self, snap: StoredSnapshot) -> Result<StoredSnapshot, StorageError> {
+        let mut persisted = self.persisted.lock().await;
+        if persisted.is_some() && *persisted >= snap.meta.last_log_id {
+            tracing::debug!(snapshot = %snap.meta.snapshot_id, "not replacing a newer snapshot file");
+            return Ok(snap);
+        }
         let dir = self.dir.clone();
         let started = Instant::now();
         let meta = snap.meta.clone();
@@ -123,6 +132,7 @@ impl Shared {
         .map_err(|e| snap_write(&meta, &e))?;
         metrics::histogram!("raftlock_snapshot_duration_seconds")
             .record(started.elapsed().as_secs_f64());
+        *persisted = snap.meta.last_log_id;
         Ok(snap)
     }
 
@@ -148,8 +158,10 @@ impl StateMachineStore {
             })),
             applied_tx: Arc::new(applied_tx),
             dir,
+            persisted: Arc::new(tokio::sync::Mutex::new(None)),
         };
         if let Some(snap) = shared.read_snapshot()? {
+            *shared.persisted.try_lock().expect("not shared yet") = snap.meta.last_log_id;
             let mut data = decode_state(&snap.data).map_err(|e| StoreError::Foreign {
                 file: shared.dir.describe(SNAPSHOT_FILE),
                 reason: e.to_string(),
@@ -299,5 +311,47 @@ mod format_tests {
         let foreign = codec::encode(&(STATE_FORMAT + 1, &state)).unwrap();
         let err = decode_state(&foreign).unwrap_err().to_string();
         assert!(err.contains("state format"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod persist_tests {
+    use super::*;
+    use crate::sim_fs::SimDir;
+    use openraft::CommittedLeaderId;
+
+    fn stored(index: u64) -> StoredSnapshot {
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+                last_membership: StoredMembership::default(),
+                snapshot_id: format!("s{index}"),
+            },
+            data: encode_state(&SmData::default()).unwrap(),
+        }
+    }
+
+    /// A build of an older state that finishes after an install of a newer snapshot must not
+    /// put the older one back on disk.
+    #[tokio::test]
+    async fn an_older_snapshot_never_replaces_a_newer_file() {
+        let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
+        let store = StateMachineStore::open(dir.clone(), Limits::default()).unwrap();
+        store.shared.persist_snapshot(stored(100)).await.unwrap();
+        store.shared.persist_snapshot(stored(50)).await.unwrap();
+        let on_disk = store.shared.read_snapshot().unwrap().unwrap();
+        assert_eq!(on_disk.meta.snapshot_id, "s100");
+        let reopened = StateMachineStore::open(dir, Limits::default()).unwrap();
+        reopened.shared.persist_snapshot(stored(70)).await.unwrap();
+        assert_eq!(
+            reopened
+                .shared
+                .read_snapshot()
+                .unwrap()
+                .unwrap()
+                .meta
+                .snapshot_id,
+            "s100"
+        );
     }
 }

@@ -426,8 +426,8 @@ fn replay_segment(
                     .map_err(|reason| StoreError::corrupt(&file, at as u64, reason))?;
                 at = next;
             }
-            FrameRead::Bad { reason, len } => {
-                if !is_last || valid_frame_follows(&bytes, at, len) {
+            FrameRead::Bad { reason, .. } => {
+                if !is_last || valid_frame_after(&bytes, at) {
                     return Err(StoreError::corrupt(&file, at as u64, reason));
                 }
                 tracing::warn!(
@@ -448,13 +448,11 @@ fn replay_segment(
     }
 }
 
-/// Whether a whole valid frame starts right after the bad frame at `at` whose header claims
-/// `len` payload bytes: then the bad frame was followed by a synced write, so it is damage, not
-/// a torn tail.
-fn valid_frame_follows(bytes: &[u8], at: usize, len: Option<usize>) -> bool {
-    let Some(len) = len else {
-        return false;
-    };
-    let next = at + codec::FRAME_HEADER_LEN + len;
-    next < bytes.len() && matches!(codec::read_frame(bytes, next), FrameRead::Frame { .. })
+/// Whether a whole valid frame starts anywhere after the bad frame at `at`. Only the last
+/// write can be unsynced, and it is one frame, so a valid frame after a bad one proves the bad
+/// one had been synced: damage, not a torn tail. Every offset is tried because the bad frame's
+/// own length field may be what is damaged.
+fn valid_frame_after(bytes: &[u8], at: usize) -> bool {
+    (at + 1..bytes.len().saturating_sub(codec::FRAME_HEADER_LEN))
+        .any(|off| matches!(codec::read_frame(bytes, off), FrameRead::Frame { .. }))
 }
