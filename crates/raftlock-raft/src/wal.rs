@@ -346,13 +346,13 @@ impl Wal {
         Ok(())
     }
 
-    /// Deletes the oldest closed segments whose entries are all purged. Only a prefix is ever
-    /// deleted, so what remains always replays to the same log.
+    /// Deletes the oldest closed segments whose entries are all purged, oldest first, syncing
+    /// the directory after each removal: a crash can then only leave a suffix of segments, which
+    /// always replays to the same log (a file system may persist unsynced removals in any order).
     fn remove_purged_segments(&mut self) -> Result<(), StoreError> {
         let Some(purged) = self.last_purged else {
             return Ok(());
         };
-        let mut removed = 0;
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
             if oldest.max_index.is_some_and(|m| m > purged.index) {
@@ -362,13 +362,10 @@ impl Wal {
             self.dir
                 .remove(&name)
                 .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
-            self.segments.remove(0);
-            removed += 1;
-        }
-        if removed > 0 {
             self.dir
                 .sync()
                 .map_err(|e| StoreError::io(self.dir.describe(""), e))?;
+            self.segments.remove(0);
         }
         Ok(())
     }
