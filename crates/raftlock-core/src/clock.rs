@@ -70,6 +70,9 @@ pub struct ClusterClock {
     /// Whether `observed` came from an entry committed while this process ran (a fresh
     /// observation), rather than from replaying old entries after a restart.
     live: bool,
+    /// Whether a restart hint carried cluster time across this node's downtime (see
+    /// [`Self::restore`]).
+    restored: bool,
     /// Set while this node leads.
     lead: Option<Lead>,
     /// The largest time this node has handed out (stamps and read times).
@@ -97,6 +100,16 @@ impl ClusterClock {
             self.observed = Some(Observed { time, mono });
         }
         self.live |= live;
+    }
+
+    /// Carries cluster time across a restart: `time` is what this node estimated before it
+    /// stopped, already advanced by the downtime as this node's own wall clock measured it.
+    /// A constant wall-clock error cancels out of that difference; only a clock stepped while
+    /// the node was down shifts it. A cold-start leader then starts its line here instead of
+    /// at its wall clock.
+    pub fn restore(&mut self, time: Nanos, mono: Nanos) {
+        self.observe(time, mono, false);
+        self.restored = true;
     }
 
     /// Whether this node has seen a live entry (see [`Self::observe`]).
@@ -143,8 +156,9 @@ impl ClusterClock {
     fn begin_term(&self, term: u64, wall: Nanos, mono: Nanos, applied: Nanos) -> Lead {
         let carried = self.observed.map(|o| o.time + (mono - o.mono).max(0));
         let base = match carried {
-            Some(carried) if self.live => carried,
-            // Genesis or cold start: nothing fresher than the wall clock exists.
+            Some(carried) if self.live || self.restored => carried,
+            // Genesis, or a cold start without a restart hint: nothing better than the wall
+            // clock exists.
             _ => wall,
         };
         Lead {
@@ -237,6 +251,14 @@ mod tests {
         assert_eq!(c.estimate(5 * S), Some(105 * S));
         c.observe(105 * S + MS, 5 * S, true);
         assert_eq!(c.estimate(6 * S), Some(106 * S + MS));
+    }
+
+    #[test]
+    fn a_cold_start_with_a_hint_ignores_a_skewed_wall_clock() {
+        let mut c = ClusterClock::new();
+        c.observe(10 * S, 0, false); // replayed, old
+        c.restore(500 * S, 0); // the hint, carried over the downtime
+        assert_eq!(c.stamp(3, 1100 * S, MS, 10 * S), 500 * S + MS);
     }
 
     #[test]

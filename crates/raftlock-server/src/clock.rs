@@ -7,8 +7,23 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use raftlock_core::clock::ClusterClock;
 use raftlock_core::Nanos;
+use raftlock_raft::fs::Dir;
 use raftlock_raft::{Raft, SharedState};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+
+/// The restart hint: this node's estimate of cluster time and its own wall clock at that
+/// moment, saved every second while it has a live view (see [`ClusterClock::restore`]).
+#[derive(Serialize, Deserialize)]
+struct ClockHint {
+    cluster: Nanos,
+    wall: Nanos,
+}
+
+const HINT_FILE: &str = "clock_hint";
+const HINT_MAGIC: &[u8; 8] = b"RLCLKHNT";
+/// How often the hint is saved (in guard periods).
+const HINT_EVERY: u32 = 10;
 
 /// How long a node whose clock is unfit (off by more than the bound, or no live view of
 /// cluster time since it started) waits without seeing the cluster make progress before it
@@ -44,18 +59,58 @@ pub struct NodeClock {
     /// How long without progress counts as leaderless: [`UNFIT_GRACE`], or two ticks when
     /// ticks are slower.
     stall: Duration,
+    /// The data directory, for the restart hint.
+    dir: Arc<dyn Dir>,
 }
 
 impl NodeClock {
-    pub fn new(start_log_index: u64, max_offset: Duration, tick: Duration) -> Arc<Self> {
-        Arc::new(NodeClock {
-            rule: Mutex::new(ClusterClock::new()),
+    /// A clock for a node whose log ended at `start_log_index` when it started; a restart
+    /// hint found in `dir` carries cluster time over the downtime.
+    pub fn new(
+        start_log_index: u64,
+        max_offset: Duration,
+        tick: Duration,
+        dir: Arc<dyn Dir>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let mut rule = ClusterClock::new();
+        if let Some(hint) =
+            raftlock_raft::checked_file::load::<ClockHint>(&*dir, HINT_FILE, HINT_MAGIC)?
+        {
+            let downtime = (wall_clock() - hint.wall).max(0);
+            rule.restore(hint.cluster + downtime, 0);
+        }
+        Ok(Arc::new(NodeClock {
+            rule: Mutex::new(rule),
             origin: Instant::now(),
             start_log_index,
             max_offset: max_offset.as_nanos() as Nanos,
             last_progress: Mutex::new(Instant::now()),
             stall: UNFIT_GRACE.max(2 * tick),
+            dir,
+        }))
+    }
+
+    /// Saves the restart hint (on a blocking thread: it syncs a file).
+    async fn save_hint(self: &Arc<Self>) {
+        let (cluster, live) = {
+            let rule = self.rule();
+            (rule.estimate(self.mono()), rule.is_live())
+        };
+        let Some(cluster) = cluster.filter(|_| live) else {
+            return;
+        };
+        let hint = ClockHint {
+            cluster,
+            wall: wall_clock(),
+        };
+        let dir = self.dir.clone();
+        let saved = tokio::task::spawn_blocking(move || {
+            raftlock_raft::checked_file::save(&*dir, HINT_FILE, HINT_MAGIC, &hint)
         })
+        .await;
+        if let Ok(Err(e)) = saved {
+            tracing::warn!(error = %e, "cannot save the clock hint");
+        }
     }
 
     fn mono(&self) -> Nanos {
@@ -149,8 +204,13 @@ async fn watch_applied(clock: Arc<NodeClock>, state: SharedState, mut rx: watch:
 async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
     let mut interval = tokio::time::interval(GUARD_PERIOD);
     let mut electing = true;
+    let mut periods = 0u32;
     loop {
         interval.tick().await;
+        periods = periods.wrapping_add(1);
+        if periods.is_multiple_of(HINT_EVERY) {
+            clock.save_hint().await;
+        }
         let (leader, me) = {
             let m = raft.metrics();
             let m = m.borrow();

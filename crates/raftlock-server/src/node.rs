@@ -58,7 +58,14 @@ impl Node {
             let log_state = log_store.get_log_state().await?;
             log_state.last_log_id.map_or(0, |id| id.index)
         };
-        let clock = NodeClock::new(start_log_index, config.max_clock_offset, config.tick);
+        let clock_dir: Arc<dyn raftlock_raft::fs::Dir> =
+            Arc::new(raftlock_raft::fs::OsDir::open(&config.data_dir)?);
+        let clock = NodeClock::new(
+            start_log_index,
+            config.max_clock_offset,
+            config.tick,
+            clock_dir,
+        )?;
         let applied_rx = sm_store.subscribe_applied();
         let state = sm_store.shared();
         let raft_config = openraft::Config {
