@@ -384,9 +384,7 @@ fn definite(r: Result<Answer>) -> Option<Answer> {
 }
 
 fn rfc3339_ns(v: &Value) -> Option<i128> {
-    let s = v.as_str()?;
-    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    Some(t.unix_timestamp_nanos())
+    crate::rfc3339_ns(v.as_str()?)
 }
 
 impl Shared {

@@ -37,6 +37,21 @@ pub fn binary() -> PathBuf {
     dir.join("raftlock")
 }
 
+/// The test machine's one true clock: seconds since the Unix epoch (test processes are never
+/// skewed).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// An RFC 3339 time (as in `expires_at`) in nanoseconds since the Unix epoch.
+pub fn rfc3339_ns(s: &str) -> Option<i128> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    Some(t.unix_timestamp_nanos())
+}
+
 /// libfaketime as Debian installs it (`apt-get install faketime`).
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
@@ -435,6 +450,29 @@ impl Cluster {
             bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Node `id`'s `/metrics` text, if it answers.
+    pub async fn metrics_text(&self, id: u64) -> Option<String> {
+        let resp = self
+            .http
+            .get(self.url(id, "/metrics"))
+            .bearer_auth(&self.platform)
+            .send()
+            .await
+            .ok()?;
+        resp.text().await.ok()
+    }
+
+    /// The value of the unlabelled metric `name` on node `id`, if it answers and has one.
+    pub async fn metric(&self, id: u64, name: &str) -> Option<f64> {
+        let text = self.metrics_text(id).await?;
+        let prefix = format!("{name} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// This node's `/admin/v1/cluster` view, if it answers.

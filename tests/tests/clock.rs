@@ -5,22 +5,14 @@
 //! grace + 2 s.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use raftlock_tests::{eventually, token, Cluster, Locks, Skew};
-
-/// True time, seconds since the epoch (this test process is never skewed).
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
+use raftlock_tests::{eventually, rfc3339_ns, token, unix_now as now, Cluster, Locks, Skew};
 
 fn parse_time(s: &str) -> Result<f64> {
-    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)?;
-    Ok(t.unix_timestamp_nanos() as f64 / 1e9)
+    let ns = rfc3339_ns(s).with_context(|| format!("not an RFC 3339 time: {s}"))?;
+    Ok(ns as f64 / 1e9)
 }
 
 /// Polls `acquire` of `key` on `locks` until it succeeds; returns the true time the winning
@@ -42,23 +34,6 @@ async fn acquire_when_free(locks: &Locks, key: &str, within: Duration) -> Result
     bail!("{key} never became free within {within:?}")
 }
 
-/// The gauge `raftlock_clock_offset_seconds` of node `id`.
-async fn clock_offset(cluster: &Cluster, id: u64) -> Option<f64> {
-    let text = cluster
-        .http
-        .get(cluster.url(id, "/metrics"))
-        .bearer_auth(&cluster.platform)
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("raftlock_clock_offset_seconds "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 #[tokio::test]
 async fn two_fast_nodes_never_let_a_second_client_take_a_held_lock() -> Result<()> {
     let dir = tempfile::tempdir()?;
@@ -75,7 +50,10 @@ async fn two_fast_nodes_never_let_a_second_client_take_a_held_lock() -> Result<(
     let promise = parse_time(granted.body["expires_at"].as_str().context("expires_at")?)?;
     for id in [2, 3] {
         let offset = eventually(Duration::from_secs(10), "the skew to show", || async {
-            clock_offset(&cluster, id).await.filter(|o| *o > 30.0)
+            cluster
+                .metric(id, "raftlock_clock_offset_seconds")
+                .await
+                .filter(|o| *o > 30.0)
         })
         .await?;
         println!("node {id}: raftlock_clock_offset_seconds {offset:.1}");

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use raftlock_tests::{eventually, token, Cluster, Locks};
+use raftlock_tests::{eventually, token, unix_now, Cluster, Locks};
 
 /// One completed system call from an `strace -f -ttt -T` trace.
 #[derive(Debug, Clone)]
@@ -141,13 +141,6 @@ impl NodeTrace {
     }
 }
 
-fn now_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 fn strace_wrapper(out: &Path) -> Vec<String> {
     [
         "strace",
@@ -191,7 +184,7 @@ async fn every_acknowledged_write_is_fdatasynced_on_a_quorum_before_the_response
 
     let mut acked = Vec::new();
     for i in 0..5 {
-        let sent = now_secs();
+        let sent = unix_now();
         let answer = locks.acquire(&format!("audit-{i}"), &token(), 60).await?;
         assert_eq!(answer.status, 200, "{:?}", answer.body);
         acked.push((sent, answer.fencing()));
@@ -420,22 +413,11 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
     let wal_before = wal_bytes(&b.data_dir(intruder))?;
     b.restart(intruder)?;
 
-    let metrics_url = b.url(intruder, "/metrics");
-    let http = b.http.clone();
-    let platform = b.platform.clone();
     eventually(
         Duration::from_secs(10),
         "the intruder to refuse B's leader",
         || async {
-            let text = http
-                .get(&metrics_url)
-                .bearer_auth(&platform)
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let text = b.metrics_text(intruder).await?;
             text.lines()
                 .any(|l| l.starts_with("raftlock_peer_refused_total") && !l.ends_with(" 0"))
                 .then_some(())
@@ -464,9 +446,9 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
     Ok(())
 }
 
-/// Runs `raftlock serve` as node 1 of a one-node cluster on `data_dir` and returns its exit
-/// status and stderr; it must stop by itself (refusing to start).
-fn serve_until_exit(data_dir: &Path) -> Result<(std::process::ExitStatus, String)> {
+/// Runs `raftlock serve` as node 1 of a one-node cluster on `data_dir`, which must make it
+/// refuse to start, and returns the `Error:` line it printed.
+fn refusal_line(data_dir: &Path) -> Result<String> {
     let port = raftlock_tests::free_port();
     let out = std::process::Command::new(raftlock_tests::binary())
         .args(["serve", "--node-id", "1", "--listen"])
@@ -484,10 +466,17 @@ fn serve_until_exit(data_dir: &Path) -> Result<(std::process::ExitStatus, String
         .env("RUST_BACKTRACE", "0")
         .env("RAFTLOCK_LOG", "error")
         .output()?;
-    Ok((
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    anyhow::ensure!(
+        !out.status.success(),
+        "the node started on {}",
+        data_dir.display()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error:"))
+        .context("an error line")?;
+    Ok(line.to_string())
 }
 
 #[tokio::test]
@@ -496,12 +485,7 @@ async fn damaged_or_old_data_is_refused_with_one_line_naming_the_file() -> Resul
     let old = tempfile::tempdir()?;
     std::fs::write(old.path().join("conf"), b"segment_size: 524288")?;
     std::fs::write(old.path().join("db"), [0u8; 64])?;
-    let (status, stderr) = serve_until_exit(old.path())?;
-    assert!(!status.success());
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("Error:"))
-        .context("an error line")?;
+    let line = refusal_line(old.path())?;
     assert!(
         line.contains("sled layout")
             && line.contains("--join")
@@ -526,12 +510,7 @@ async fn damaged_or_old_data_is_refused_with_one_line_naming_the_file() -> Resul
     let at = bytes.len() / 3;
     bytes[at] ^= 0x55;
     std::fs::write(&wal, &bytes)?;
-    let (status, stderr) = serve_until_exit(&dir)?;
-    assert!(!status.success());
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("Error:"))
-        .context("an error line")?;
+    let line = refusal_line(&dir)?;
     assert!(
         line.contains(&wal.display().to_string()) && line.contains("damaged at byte"),
         "{line}"

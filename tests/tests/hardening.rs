@@ -10,20 +10,10 @@ use serde_json::{json, Value};
 
 /// `raftlock_raft_last_log_index` of node `id`.
 async fn last_log_index(cluster: &Cluster, id: u64) -> Result<u64> {
-    let text = cluster
-        .http
-        .get(cluster.url(id, "/metrics"))
-        .bearer_auth(&cluster.platform)
-        .send()
-        .await?
-        .text()
-        .await?;
-    let v: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("raftlock_raft_last_log_index "))
-        .context("the gauge")?
-        .trim()
-        .parse()?;
+    let v = cluster
+        .metric(id, "raftlock_raft_last_log_index")
+        .await
+        .context("the gauge")?;
     Ok(v as u64)
 }
 

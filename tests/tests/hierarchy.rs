@@ -24,17 +24,7 @@ async fn setup() -> anyhow::Result<(Cluster, Locks)> {
 /// Length of the replicated waiter queue, from the leader's `raftlock_queued_waiters` gauge.
 async fn queued_waiters(cluster: &Cluster) -> Option<u64> {
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await.ok()?;
-    let metrics = cluster
-        .http
-        .get(cluster.url(leader, "/metrics"))
-        .send()
-        .await
-        .ok()?;
-    let text = metrics.text().await.ok()?;
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("raftlock_queued_waiters "))?;
-    let value: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let value = cluster.metric(leader, "raftlock_queued_waiters").await?;
     Some(value as u64)
 }
 

@@ -309,6 +309,64 @@ mod tests {
         Write(Nanos),
     }
 
+    /// Three nodes' clocks, one leader at a time, on one true (monotonic) time line.
+    struct SimCluster {
+        genesis: Nanos,
+        nodes: Vec<ClusterClock>,
+        leader: usize,
+        term: u64,
+        /// True time since genesis (also every node's monotonic reading).
+        real: Nanos,
+        applied: Nanos,
+        elections: i64,
+    }
+
+    impl SimCluster {
+        /// A cluster whose time starts at the true time, seen live by every node.
+        fn new() -> Self {
+            let genesis = 1_000 * S;
+            let mut nodes = vec![ClusterClock::new(); 3];
+            for n in &mut nodes {
+                n.observe(genesis, 0, true);
+            }
+            SimCluster {
+                genesis,
+                nodes,
+                leader: 0,
+                term: 1,
+                real: 0,
+                applied: genesis,
+                elections: 0,
+            }
+        }
+
+        fn true_now(&self) -> Nanos {
+            self.genesis + self.real
+        }
+
+        fn elect(&mut self, n: usize) {
+            self.nodes[self.leader].step_down();
+            self.leader = n;
+            self.term += 1;
+            self.elections += 1;
+        }
+
+        /// The leader stamps an entry with its wall clock reading `wall` (since genesis).
+        fn stamp(&mut self, wall: Nanos) -> Nanos {
+            let (term, real, applied) = (self.term, self.real, self.applied);
+            self.nodes[self.leader].stamp(term, self.genesis + wall, real, applied)
+        }
+
+        /// The entry stamped `stamp` is applied, and seen by every node `delay` later.
+        fn apply(&mut self, stamp: Nanos, delay: Nanos) {
+            self.applied = self.applied.max(stamp);
+            self.real += delay;
+            for n in &mut self.nodes {
+                n.observe(self.applied, self.real, true);
+            }
+        }
+    }
+
     fn event() -> impl Strategy<Value = Event> {
         prop_oneof![
             4 => (MS..2 * S).prop_map(Event::Wait),
@@ -328,18 +386,9 @@ mod tests {
             skews in proptest::collection::vec(skew(), 3),
             events in proptest::collection::vec(event(), 1..200),
         ) {
-            let genesis = 1_000 * S;
-            let mut real = 0;
-            let mut nodes = vec![ClusterClock::new(); 3];
-            // Cluster starts at true time, observed live by everyone.
-            for n in &mut nodes {
-                n.observe(genesis, 0, true);
-            }
-            let (mut leader, mut term) = (0usize, 1u64);
-            let mut applied = genesis;
-            let mut last_stamp = genesis;
+            let mut c = SimCluster::new();
+            let mut last_stamp = c.applied;
             let mut total_delay = 0;
-            let mut elections = 0;
             // Slew moves the line at most up to a leader's wall clock that is within
             // SLEW_WINDOW of it; a chain of such clocks (at most one rung per distinct skew
             // value) bounds how far ahead cluster time can get.
@@ -353,18 +402,12 @@ mod tests {
                 .max(0);
             for e in events {
                 match e {
-                    Event::Wait(d) => real += d,
-                    Event::Elect(n) => {
-                        nodes[leader].step_down();
-                        leader = n;
-                        term += 1;
-                        elections += 1;
-                    }
+                    Event::Wait(d) => c.real += d,
+                    Event::Elect(n) => c.elect(n),
                     Event::Write(delay) => {
-                        let wall = skews[leader].wall(real);
-                        let stamp = nodes[leader].stamp(term, genesis + wall, real, applied);
+                        let stamp = c.stamp(skews[c.leader].wall(c.real));
                         prop_assert!(stamp >= last_stamp, "never backwards");
-                        let true_now = genesis + real;
+                        let true_now = c.true_now();
                         prop_assert!(
                             stamp <= true_now + ahead_allowance,
                             "stamp {} ahead of real time {} by more than a slewed clock",
@@ -374,16 +417,12 @@ mod tests {
                             // Each leader may trail its line by MAX_LAG, and the next one
                             // starts from that: lateness adds up per leader change (slew
                             // recovers it once a leader's clock is close again).
-                            stamp >= true_now - MAX_LAG * (elections + 1) - total_delay,
+                            stamp >= true_now - MAX_LAG * (c.elections + 1) - total_delay,
                             "stamp {} lags real time {} too much", stamp, true_now
                         );
                         last_stamp = stamp;
-                        applied = applied.max(stamp);
-                        real += delay;
                         total_delay += delay;
-                        for n in &mut nodes {
-                            n.observe(applied, real, true);
-                        }
+                        c.apply(stamp, delay);
                     }
                 }
             }
@@ -394,39 +433,25 @@ mod tests {
         fn with_correct_clocks_cluster_time_is_real_time(
             events in proptest::collection::vec(event(), 1..100),
         ) {
-            let genesis = 1_000 * S;
-            let mut real = 0;
-            let mut nodes = vec![ClusterClock::new(); 3];
-            for n in &mut nodes {
-                n.observe(genesis, 0, true);
-            }
-            let (mut leader, mut term, mut applied) = (0usize, 1u64, genesis);
+            let mut c = SimCluster::new();
             for e in events {
                 match e {
-                    Event::Wait(d) => real += d,
-                    Event::Elect(n) => {
-                        nodes[leader].step_down();
-                        leader = n;
-                        term += 1;
-                    }
+                    Event::Wait(d) => c.real += d,
+                    Event::Elect(n) => c.elect(n),
                     Event::Write(delay) => {
-                        let stamp = nodes[leader].stamp(term, genesis + real, real, applied);
-                        prop_assert!(stamp <= genesis + real);
-                        applied = applied.max(stamp);
+                        let stamp = c.stamp(c.real);
+                        prop_assert!(stamp <= c.true_now());
                         // Apply delays of a healthy cluster: a few ms.
-                        real += delay / 4;
-                        for n in &mut nodes {
-                            n.observe(applied, real, true);
-                        }
+                        c.apply(stamp, delay / 4);
                     }
                 }
             }
             // After a quiet second under one leader, stamps are back on real time.
-            real += S;
-            let stamp = nodes[leader].stamp(term, genesis + real, real, applied);
-            real += 5 * S;
-            let later = nodes[leader].stamp(term, genesis + real, real, applied.max(stamp));
-            prop_assert!(genesis + real - later <= 60 * MS, "lag {} ms", (genesis + real - later) / MS);
+            c.real += S;
+            let stamp = c.stamp(c.real);
+            c.apply(stamp, 5 * S);
+            let later = c.stamp(c.real);
+            prop_assert!(c.true_now() - later <= 60 * MS, "lag {} ms", (c.true_now() - later) / MS);
         }
     }
 }

@@ -199,29 +199,48 @@ proptest! {
     }
 }
 
-/// Damage that is not a torn tail is refused with the file and offset, and the file is left
-/// as it was.
-#[test]
-fn damage_in_a_closed_segment_is_refused_not_skipped() {
+/// A store on a fresh disk after `batches` clean appends of `each` entries, closed; returns the
+/// disk and how many segment files it has.
+fn disk_with_appends(batches: usize, each: usize) -> (SimDir, usize) {
     let disk = SimDir::new();
     let (mut store, _) = reopen(&disk);
     let mut model = LogContents::default();
     let (mut vote, mut snap) = (None, None);
-    for _ in 0..60 {
-        run_step(
-            &mut store,
-            &mut model,
-            &mut vote,
-            &mut snap,
-            &Step::Append(20, false),
-        )
-        .unwrap();
+    for _ in 0..batches {
+        let step = Step::Append(each, false);
+        run_step(&mut store, &mut model, &mut vote, &mut snap, &step).unwrap();
     }
-    assert!(
-        store.wal.segment_count() > 2,
-        "the test needs closed segments"
-    );
-    drop(store);
+    (disk, store.wal.segment_count())
+}
+
+/// Replaces the content of `name` with `bytes`.
+fn overwrite(disk: &SimDir, name: &str, bytes: &[u8]) {
+    let mut file = disk.create(name).unwrap();
+    file.append(bytes).unwrap();
+    file.sync().unwrap();
+}
+
+/// Opens the WAL on `disk`, which must be refused; returns the error.
+fn refusal(disk: &SimDir) -> String {
+    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
+    let err = Wal::open(dir, SEGMENT_BYTES).err().expect("refused");
+    err.to_string()
+}
+
+/// The first segment file of a store.
+const FIRST_SEGMENT: &str = "wal-0000000000000001.log";
+
+/// Where the first append frame of a segment starts (its checkpoint frame comes first).
+fn first_append_offset(bytes: &[u8]) -> usize {
+    8 + u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize
+}
+
+/// Damage that is not a torn tail is refused with the file and offset, and the file is left
+/// as it was.
+#[test]
+fn damage_in_a_closed_segment_is_refused_not_skipped() {
+    let (disk, segments) = disk_with_appends(60, 20);
+    assert!(segments > 2, "the test needs closed segments");
     let first = disk
         .list()
         .unwrap()
@@ -232,14 +251,8 @@ fn damage_in_a_closed_segment_is_refused_not_skipped() {
     let mut bytes = disk.read(&first).unwrap().unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
-    let mut file = disk.create(&first).unwrap();
-    file.append(&bytes).unwrap();
-    file.sync().unwrap();
-    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
-    let err = Wal::open(dir, SEGMENT_BYTES)
-        .err()
-        .expect("refused")
-        .to_string();
+    overwrite(&disk, &first, &bytes);
+    let err = refusal(&disk);
     assert!(
         err.contains(&first) && err.contains("damaged at byte"),
         "{err}"
@@ -250,71 +263,32 @@ fn damage_in_a_closed_segment_is_refused_not_skipped() {
 /// A bad frame followed by a valid one in the last segment had been synced: damage, refused.
 #[test]
 fn damage_before_a_valid_frame_in_the_last_segment_is_refused() {
-    let disk = SimDir::new();
-    let (mut store, _) = reopen(&disk);
-    let mut model = LogContents::default();
-    let (mut vote, mut snap) = (None, None);
-    for _ in 0..3 {
-        run_step(
-            &mut store,
-            &mut model,
-            &mut vote,
-            &mut snap,
-            &Step::Append(2, false),
-        )
-        .unwrap();
-    }
-    assert_eq!(store.wal.segment_count(), 1);
-    drop(store);
-    let name = "wal-0000000000000001.log";
-    let mut bytes = disk.read(name).unwrap().unwrap();
-    // The checkpoint frame is first; damage the payload of the first append after it.
-    let checkpoint_len = 8 + u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    bytes[checkpoint_len + 9] ^= 0xff;
-    let mut file = disk.create(name).unwrap();
-    file.append(&bytes).unwrap();
-    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
-    let err = Wal::open(dir, SEGMENT_BYTES)
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(
-        err.contains(&format!("damaged at byte {checkpoint_len}")),
-        "{err}"
-    );
+    let (disk, segments) = disk_with_appends(3, 2);
+    assert_eq!(segments, 1);
+    let mut bytes = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    // Damage the payload of the first append.
+    let at = first_append_offset(&bytes);
+    bytes[at + 9] ^= 0xff;
+    overwrite(&disk, FIRST_SEGMENT, &bytes);
+    let err = refusal(&disk);
+    assert!(err.contains(&format!("damaged at byte {at}")), "{err}");
 }
 
 /// A rotten length field in the middle of the last segment: the frame it claims ends on
 /// garbage, but valid frames follow, so it is damage and refused — never cut as a torn tail.
 #[test]
 fn a_damaged_length_in_the_last_segment_is_refused_not_cut() {
-    let disk = SimDir::new();
-    let (mut store, _) = reopen(&disk);
-    let mut model = LogContents::default();
-    let (mut vote, mut snap) = (None, None);
-    for _ in 0..3 {
-        run_step(
-            &mut store,
-            &mut model,
-            &mut vote,
-            &mut snap,
-            &Step::Append(2, false),
-        )
-        .unwrap();
-    }
-    drop(store);
-    let name = "wal-0000000000000001.log";
-    let mut bytes = disk.read(name).unwrap().unwrap();
-    let checkpoint_len = 8 + u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    let (disk, _) = disk_with_appends(3, 2);
+    let mut bytes = disk.read(FIRST_SEGMENT).unwrap().unwrap();
     // The first append's length field now claims far more than the file holds.
-    bytes[checkpoint_len + 3] = 0x20;
-    let mut file = disk.create(name).unwrap();
-    file.append(&bytes).unwrap();
-    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
-    let err = Wal::open(dir, SEGMENT_BYTES)
-        .err()
-        .expect("refused")
-        .to_string();
+    let at = first_append_offset(&bytes);
+    bytes[at + 3] = 0x20;
+    overwrite(&disk, FIRST_SEGMENT, &bytes);
+    let err = refusal(&disk);
     assert!(err.contains("damaged at byte"), "{err}");
-    assert_eq!(disk.read(name).unwrap().unwrap(), bytes, "nothing cut");
+    assert_eq!(
+        disk.read(FIRST_SEGMENT).unwrap().unwrap(),
+        bytes,
+        "nothing cut"
+    );
 }

@@ -68,8 +68,18 @@ impl ClusterIdentity {
     }
 
     /// Decides whether a request presenting `presented` (the header value, if any) may be
-    /// handled here, adopting the presented id when this node has none.
+    /// handled here, adopting the presented id when this node has none. A refusal is logged and
+    /// counted in `raftlock_peer_refused_total{reason="cluster_id"}` here, once for every caller.
     pub fn admit(&self, presented: Option<&[u8]>) -> Result<(), Refusal> {
+        let decision = self.decide(presented);
+        if let Err(refusal) = &decision {
+            tracing::error!(%refusal, "refused a node-to-node request");
+            metrics::counter!("raftlock_peer_refused_total", "reason" => "cluster_id").increment(1);
+        }
+        decision
+    }
+
+    fn decide(&self, presented: Option<&[u8]>) -> Result<(), Refusal> {
         let presented = match presented {
             None => None,
             Some(bytes) => Some(

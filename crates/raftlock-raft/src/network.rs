@@ -318,8 +318,6 @@ where
     if let Some(identity) = &state.identity {
         let presented = headers.get(CLUSTER_ID_HEADER).map(|v| v.as_bytes());
         if let Err(refusal) = identity.admit(presented) {
-            tracing::error!(%refusal, "refused a peer rpc");
-            metrics::counter!("raftlock_peer_refused_total", "reason" => "cluster_id").increment(1);
             return (StatusCode::CONFLICT, refusal.to_string()).into_response();
         }
     }

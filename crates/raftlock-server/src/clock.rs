@@ -181,7 +181,8 @@ impl NodeClock {
     }
 }
 
-fn applied_time(state: &SharedState) -> Nanos {
+/// The cluster time the state machine has applied up to (0 before any stamped entry).
+pub fn applied_time(state: &SharedState) -> Nanos {
     state.read().map_or(0, |s| s.machine.time())
 }
 

@@ -13,7 +13,7 @@ use raftlock_core::{Nanos, Op, Outcome};
 use raftlock_raft::{Raft, SharedState};
 use tokio::sync::oneshot;
 
-use crate::clock::{wall_clock, NodeClock};
+use crate::clock::{applied_time, wall_clock, NodeClock};
 use crate::config::Config;
 use crate::proposer::Proposer;
 
@@ -101,8 +101,7 @@ impl Node {
             let (raft, state, clock) = (raft.clone(), state.clone(), clock.clone());
             Arc::new(move || {
                 let term = raft.metrics().borrow().current_term;
-                let applied = state.read().map_or(0, |s| s.machine.time());
-                clock.stamp(term, applied)
+                clock.stamp(term, applied_time(&state))
             })
         };
         let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
@@ -157,8 +156,7 @@ impl Node {
     /// This node's best estimate of cluster time (for deadlines of waits and local checks;
     /// ownership decisions use [`Node::linearizable`], judged at the leader's stamp).
     pub fn cluster_now(&self) -> Nanos {
-        let applied = self.state.read().map_or(0, |s| s.machine.time());
-        self.clock.estimate(applied)
+        self.clock.estimate(applied_time(&self.state))
     }
 
     /// The leader's id and address, if one is known.

@@ -55,9 +55,6 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
             }
             let presented = req.headers().get(raftlock_raft::CLUSTER_ID_HEADER);
             if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
-                tracing::error!(%refusal, "refused a forwarded request");
-                metrics::counter!("raftlock_peer_refused_total", "reason" => "cluster_id")
-                    .increment(1);
                 return ApiError::new(dialect, StatusCode::CONFLICT, refusal.to_string())
                     .into_response();
             }
