@@ -223,12 +223,13 @@ mod tests {
     fn slew_gains_at_most_the_window_per_term() {
         let mut c = ClusterClock::new();
         c.observe(100 * S, 0, true);
-        // A wall clock 5 % fast that stays inside the window keeps pulling; an hour later
-        // the line has gained no more than SLEW_WINDOW.
+        // A wall clock stepped 400 ms forward every 5 s (a misbehaving time source) is always
+        // back inside the window after the line catches up, so it keeps pulling; an hour later
+        // the line has still gained no more than SLEW_WINDOW.
         let mut stamp = 0;
         for sec in 1..=3600 {
             let real = sec * S;
-            let wall_ahead = (real / 20).min(SLEW_WINDOW - MS);
+            let wall_ahead = (sec / 5) * 400 * MS;
             stamp = c.stamp(1, 100 * S + real + wall_ahead, real, 0);
         }
         assert!(stamp <= 100 * S + 3600 * S + SLEW_WINDOW, "{stamp}");
