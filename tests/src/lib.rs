@@ -532,6 +532,22 @@ impl Cluster {
         Ok(body["secret"].as_str().context("secret")?.to_string())
     }
 
+    /// Lifts `project`'s §4 rate limit out of the way of a load test.
+    pub async fn lift_rate_limit(&self, project: &str) -> Result<()> {
+        let node = self.ids()[0];
+        let r = self
+            .http
+            .patch(self.url(node, &format!("/admin/v1/projects/{project}")))
+            .bearer_auth(&self.platform)
+            .json(&json!({ "lock_ops_per_minute": 1_000_000 }))
+            .send()
+            .await?;
+        if r.status().as_u16() != 200 {
+            bail!("lifting the rate limit: {}", r.status());
+        }
+        Ok(())
+    }
+
     pub async fn admin_post(
         &self,
         node: u64,

@@ -273,14 +273,7 @@ async fn whole_cluster_kill_9_loses_no_acknowledged_acquire() -> Result<()> {
     let mut cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     // Thousands of acquires and reads: lift the per-project rate limit out of the way.
-    let patch = cluster
-        .http
-        .patch(cluster.url(1, "/admin/v1/projects/acme"))
-        .bearer_auth(&cluster.platform)
-        .json(&serde_json::json!({ "lock_ops_per_minute": 1_000_000 }))
-        .send()
-        .await?;
-    assert_eq!(patch.status().as_u16(), 200);
+    cluster.lift_rate_limit("acme").await?;
     let mut rng = rand::thread_rng();
     let mut all: Vec<Acked> = Vec::new();
     let mut fencing_seen = BTreeMap::new();

@@ -61,6 +61,8 @@ pub struct NodeClock {
     stall: Duration,
     /// The data directory, for the restart hint.
     dir: Arc<dyn Dir>,
+    /// Set when the node is stopping: the guard no longer switches elections back on.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl NodeClock {
@@ -87,6 +89,7 @@ impl NodeClock {
             last_progress: Mutex::new(Instant::now()),
             stall: UNFIT_GRACE.max(2 * tick),
             dir,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -111,6 +114,12 @@ impl NodeClock {
         if let Ok(Err(e)) = saved {
             tracing::warn!(error = %e, "cannot save the clock hint");
         }
+    }
+
+    /// The node is stopping: its elections stay off whatever the clock says.
+    pub fn stop_guard(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn mono(&self) -> Nanos {
@@ -151,7 +160,7 @@ impl NodeClock {
     /// Whether this node should campaign: its clock is fit (a live view of cluster time and an
     /// offset within the bound), or the cluster has made no progress for `stall` (no fit node
     /// is leading), or the cluster is new (nothing to protect yet).
-    fn may_campaign(&self, applied: Nanos) -> bool {
+    pub fn may_campaign(&self, applied: Nanos) -> bool {
         if applied == 0 {
             return true;
         }
@@ -224,6 +233,9 @@ async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
             metrics::gauge!("raftlock_clock_offset_seconds").set(offset as f64 / 1e9);
         }
         let fit = clock.may_campaign(applied_time(&state));
+        if clock.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
         if fit != electing {
             electing = fit;
             raft.runtime_config().elect(fit);

@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// Raft heartbeat interval.
     #[arg(long, env = "RAFTLOCK_HEARTBEAT_MS")]
     pub heartbeat_ms: Option<u64>,
-    /// Lower bound of the randomized election timeout (upper bound is twice this).
+    /// Lower bound of the randomized election timeout (upper bound is 1.5 × this, which is
+    /// also the leader lease during which followers refuse to vote for anyone else).
     #[arg(long, env = "RAFTLOCK_ELECTION_TIMEOUT_MS")]
     pub election_timeout_ms: Option<u64>,
     /// Build a snapshot (and compact the log) after this many entries.
@@ -196,7 +197,7 @@ impl ServeArgs {
             commit_timeout: Duration::from_millis(a.commit_timeout_ms.unwrap_or(2000)),
             tick: Duration::from_millis(a.tick_ms.unwrap_or(1000)),
             heartbeat: Duration::from_millis(a.heartbeat_ms.unwrap_or(100)),
-            election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(400)),
+            election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(250)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),

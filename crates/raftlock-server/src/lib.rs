@@ -7,6 +7,7 @@
 //! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
 //!   error dialects, body limits and forwarding to the leader.
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod dev;
+pub mod handoff;
 pub mod http;
 pub mod listener;
 pub mod node;
@@ -37,14 +39,38 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     let node = node::Node::start(config).await?;
     let app = http::router(node.clone());
     let max_connections = node.config.max_connections;
+    let (stop_listening, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        listener::serve(listener, app, max_connections, shutdown_signal()).await
+        let stop = async {
+            stopped.await.ok();
+        };
+        listener::serve(listener, app, max_connections, stop).await
     });
     node.bootstrap().await?;
     node.spawn_ticker();
+    shutdown_signal().await;
+    step_down(&node).await;
+    // Stop accepting; open connections finish what they carry (a request that arrives now
+    // is still forwarded to the new leader), then Raft stops.
+    let _ = stop_listening.send(());
     server.await??;
     node.raft.shutdown().await.ok();
     Ok(())
+}
+
+/// How long a stopping leader tries to hand leadership over before it just stops.
+const HANDOFF_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Before a stop: never campaign again, and hand leadership to a caught-up follower if this
+/// node leads (see [`handoff`]), so the cluster keeps serving without an election timeout.
+async fn step_down(node: &node::SharedNode) {
+    tracing::info!("stopping");
+    node.begin_stop();
+    if node.is_leader() {
+        if let Err(e) = handoff::hand_off(node, None, HANDOFF_BOUND).await {
+            tracing::warn!(error = %e, "stopping without a hand-off");
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -19,8 +19,32 @@ use crate::proposer::Proposer;
 
 /// Why a request could not be decided; always answered with 503.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct Unavailable(pub String);
+#[error("{message}")]
+pub struct Unavailable {
+    /// The client-facing reason (no internals).
+    pub message: String,
+    /// The request was provably never proposed (this node was not, or no longer, the
+    /// leader), so it is safe to send to the new leader whatever the request is.
+    pub not_proposed: bool,
+}
+
+impl Unavailable {
+    /// The request may or may not take effect.
+    pub fn new(message: impl Into<String>) -> Self {
+        Unavailable {
+            message: message.into(),
+            not_proposed: false,
+        }
+    }
+
+    /// The request was never proposed.
+    pub fn not_proposed(message: impl Into<String>) -> Self {
+        Unavailable {
+            message: message.into(),
+            not_proposed: true,
+        }
+    }
+}
 
 /// Shared handle to everything a request handler needs.
 pub type SharedNode = Arc<Node>;
@@ -44,6 +68,8 @@ pub struct Node {
     pub identity: raftlock_raft::ClusterIdentity,
     /// Cluster time: stamps for proposals, the time reads are judged at, the offset guard.
     pub clock: Arc<NodeClock>,
+    /// True once the node is stopping (SIGTERM): long waits answer instead of being cut.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -72,7 +98,13 @@ impl Node {
             cluster_name: "raftlock".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
             election_timeout_min: config.election_timeout.as_millis() as u64,
-            election_timeout_max: 2 * config.election_timeout.as_millis() as u64,
+            // openraft also uses the upper bound as the leader lease: a follower that heard
+            // from its leader within it refuses to vote, and campaigns only after the lease
+            // plus its own timeout (drawn once from [min, max)). With the defaults (250 ms,
+            // heartbeat 100 ms): a dead leader is replaced after 625–750 ms of silence (six
+            // missed heartbeats before anyone campaigns), and a hand-off (crate::handoff)
+            // waits at most one 375 ms lease.
+            election_timeout_max: config.election_timeout.as_millis() as u64 * 3 / 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
             max_in_snapshot_log_to_keep: 1000,
             install_snapshot_timeout: 10_000,
@@ -123,6 +155,7 @@ impl Node {
             forward_client,
             identity,
             clock,
+            stopping: tokio::sync::watch::Sender::new(false),
         }))
     }
 
@@ -175,8 +208,16 @@ impl Node {
 
     /// Waits up to the commit timeout for some leader to be known.
     pub async fn wait_for_leader(&self) -> Option<(u64, String)> {
+        self.wait_for_leader_until(tokio::time::Instant::now() + self.config.commit_timeout)
+            .await
+    }
+
+    /// Waits until `deadline` for some leader to be known.
+    pub async fn wait_for_leader_until(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Option<(u64, String)> {
         let mut rx = self.raft.metrics();
-        let deadline = tokio::time::Instant::now() + self.config.commit_timeout;
         loop {
             if let Some(l) = self.leader() {
                 return Some(l);
@@ -188,6 +229,33 @@ impl Node {
                 return None;
             }
         }
+    }
+
+    /// Stops proposing writes until the guard is dropped (see [`Proposer::hold`]).
+    pub async fn hold_writes(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.proposer.hold().await
+    }
+
+    /// Marks the node as stopping: it never campaigns again and long waits answer now.
+    pub fn begin_stop(&self) {
+        self.raft.runtime_config().elect(false);
+        self.clock.stop_guard();
+        self.stopping.send_replace(true);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Resolves once the node is stopping.
+    pub async fn stopped(&self) {
+        let mut rx = self.stopping.subscribe();
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
+    /// Whether this node's clock lets it lead now (see [`NodeClock::may_campaign`]).
+    pub fn may_campaign(&self) -> bool {
+        !self.is_stopping() && self.clock.may_campaign(applied_time(&self.state))
     }
 
     /// Proposes one op through the log and returns its outcome once applied.
@@ -288,7 +356,7 @@ impl ReadGate {
             tokio::spawn(async move { gate.drive().await });
         }
         rx.await
-            .unwrap_or_else(|_| Err(Unavailable("read check dropped".into())))
+            .unwrap_or_else(|_| Err(Unavailable::new("read check dropped")))
     }
 
     /// Confirms leadership for everyone queued, again and again, until nobody is waiting.
@@ -302,18 +370,17 @@ impl ReadGate {
                 }
                 std::mem::take(&mut q.1)
             };
-            let result = match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable())
-                .await
-            {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "cannot confirm leadership");
-                    Err(Unavailable(
-                        "cannot confirm leadership (the leader changed or lost its quorum)".into(),
-                    ))
-                }
-                Err(_) => Err(Unavailable("leadership not confirmed in time".into())),
-            };
+            let result =
+                match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable()).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "cannot confirm leadership");
+                        Err(Unavailable::new(
+                            "cannot confirm leadership (the leader changed or lost its quorum)",
+                        ))
+                    }
+                    Err(_) => Err(Unavailable::new("leadership not confirmed in time")),
+                };
             for waiter in batch {
                 let _ = waiter.send(result.clone());
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use raftlock_core::{Command, Op, Outcome};
 use raftlock_raft::Raft;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use raftlock_core::Nanos;
 
@@ -34,16 +34,17 @@ const MAX_IN_FLIGHT: usize = 2;
 type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
 
 /// The client-facing reason a write was refused by Raft: no internals.
-fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -> String {
+fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -> Unavailable {
     use openraft::error::{ClientWriteError, RaftError};
     match e {
+        // Refused before it was appended: safe to send to the new leader.
         RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
-            "the leader changed; retry".into()
+            Unavailable::not_proposed("the leader changed; retry")
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => {
-            "a membership change is in progress; retry".into()
+            Unavailable::new("a membership change is in progress; retry")
         }
-        RaftError::Fatal(_) => "this node is shutting down".into(),
+        RaftError::Fatal(_) => Unavailable::new("this node is shutting down"),
     }
 }
 
@@ -53,13 +54,30 @@ pub struct Proposer {
     queue: mpsc::Sender<(Op, Reply)>,
     /// How long a caller waits for its batch to commit before answering 503.
     timeout: Duration,
+    /// One permit per batch in flight; [`Proposer::hold`] takes them all.
+    slots: Arc<Semaphore>,
 }
 
 impl Proposer {
     pub fn start(raft: Raft, timeout: Duration, stamper: Stamper) -> Self {
         let (tx, rx) = mpsc::channel(16 * MAX_BATCH);
-        tokio::spawn(run(raft, rx, timeout, stamper));
-        Proposer { queue: tx, timeout }
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        tokio::spawn(run(raft, rx, timeout, stamper, slots.clone()));
+        Proposer {
+            queue: tx,
+            timeout,
+            slots,
+        }
+    }
+
+    /// Stops proposing: returns once every batch in flight has its answer, and no new batch
+    /// is proposed until the returned guard is dropped (writes wait in the queue meanwhile).
+    /// A leader handing off uses it so its log stops growing while the target catches up.
+    pub async fn hold(&self) -> OwnedSemaphorePermit {
+        Arc::clone(&self.slots)
+            .acquire_many_owned(MAX_IN_FLIGHT as u32)
+            .await
+            .expect("semaphore never closed")
     }
 
     /// Proposes `op` and waits (bounded) for its outcome.
@@ -71,19 +89,24 @@ impl Proposer {
             self.queue
                 .send((op, tx))
                 .await
-                .map_err(|_| Unavailable("node is shutting down".into()))?;
+                .map_err(|_| Unavailable::not_proposed("node is shutting down"))?;
             rx.await
-                .unwrap_or_else(|_| Err(Unavailable("proposal dropped".into())))
+                .unwrap_or_else(|_| Err(Unavailable::new("proposal dropped")))
         };
         match tokio::time::timeout(self.timeout + Duration::from_millis(100), call).await {
             Ok(result) => result,
-            Err(_) => Err(Unavailable("not committed in time".into())),
+            Err(_) => Err(Unavailable::new("not committed in time")),
         }
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration, stamper: Stamper) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+async fn run(
+    raft: Raft,
+    mut rx: mpsc::Receiver<(Op, Reply)>,
+    timeout: Duration,
+    stamper: Stamper,
+    slots: Arc<Semaphore>,
+) {
     while let Some(first) = rx.recv().await {
         let permit = Arc::clone(&slots)
             .acquire_owned()
@@ -112,9 +135,9 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<(Op, Reply)>, timeout: Duration,
                 Ok(Err(e)) => {
                     // The details (leader ids, peer addresses) go to the log, not to clients.
                     tracing::debug!(error = %e, "write not accepted");
-                    Err(Unavailable(not_accepted(&e)))
+                    Err(not_accepted(&e))
                 }
-                Err(_) => Err(Unavailable("write not committed in time".into())),
+                Err(_) => Err(Unavailable::new("write not committed in time")),
             };
             drop(permit);
             match result {

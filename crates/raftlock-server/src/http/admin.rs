@@ -45,6 +45,7 @@ pub fn leader_routes() -> Router<SharedNode> {
         )
         .route("/admin/v1/cluster/learners", post(add_learner))
         .route("/admin/v1/cluster/voters", put(change_voters))
+        .route("/admin/v1/cluster/leader", post(move_leader))
         .route("/admin/v1/cluster/nodes/{id}", delete(remove_node))
 }
 
@@ -286,6 +287,37 @@ async fn change_voters(
         .await
         .map_err(membership_error)?;
     Ok(Json(cluster_view(&node)).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct MoveLeader {
+    /// The voter to lead; the most caught-up other voter when absent.
+    node_id: Option<u64>,
+}
+
+/// How long `POST /admin/v1/cluster/leader` may take before answering 503.
+const MOVE_LEADER_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Hands leadership to another voter (see [`crate::handoff`]); answers the new view.
+async fn move_leader(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    use crate::handoff::{hand_off, HandOffError};
+    auth::platform(&node, &headers)?;
+    let MoveLeader { node_id } = body::json(&body::read(b, D).await?, D)?;
+    if node_id == Some(node.config.node_id) {
+        return Ok(Json(cluster_view(&node)).into_response());
+    }
+    match hand_off(&node, node_id, MOVE_LEADER_BOUND).await {
+        Ok(_) => Ok(Json(cluster_view(&node)).into_response()),
+        Err(e @ (HandOffError::NotAVoter(_) | HandOffError::NoCandidate)) => {
+            Err(ApiError::bad_request(D, e.to_string()))
+        }
+        Err(e) => Err(ApiError::unavailable(D, e)),
+    }
 }
 
 /// Removes a node: demotes it if it votes, then drops it from the membership.

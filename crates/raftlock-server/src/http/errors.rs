@@ -40,7 +40,16 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for `Retry-After` (rate limiting, unavailability).
     pub retry_after: Option<u64>,
+    /// The request was never proposed, so the forwarding layer may send it to a new leader
+    /// (see [`NotProposed`]).
+    pub not_proposed: bool,
 }
+
+/// Response extension on a 503 whose request was never proposed (this node lost
+/// leadership first): [`super::forward`] sends such a request on to the new leader instead
+/// of answering the client. Never leaves the node.
+#[derive(Debug, Clone, Copy)]
+pub struct NotProposed;
 
 impl ApiError {
     pub fn new(dialect: Dialect, status: StatusCode, message: impl Into<String>) -> Self {
@@ -68,6 +77,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            not_proposed: false,
         }
     }
 
@@ -135,7 +145,9 @@ impl ApiError {
     }
 
     pub fn from_unavailable(dialect: Dialect, err: Unavailable) -> Self {
-        ApiError::unavailable(dialect, err)
+        let mut e = ApiError::unavailable(dialect, &err.message);
+        e.not_proposed = err.not_proposed;
+        e
     }
 }
 
@@ -149,6 +161,9 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.not_proposed {
+            resp.extensions_mut().insert(NotProposed);
         }
         resp
     }

@@ -1,18 +1,26 @@
 //! Leader routing: a client request is decided by the leader. A follower proxies it there
-//! (same method, path, headers and body, plus the cluster secret) and relays the answer; with
-//! no leader known within the commit timeout, or the leader unreachable, the answer is 503.
+//! (same method, path, headers and body, plus the cluster secret) and relays the answer.
+//!
+//! Every request has one deadline, the commit timeout (plus the wait a blocking acquire
+//! asked for), counted from its arrival. It covers waiting for a leader, forwarding and
+//! committing. When the leader dies or changes mid-forward, the follower waits for the new
+//! leader and sends the request again within that deadline, if it is safe to repeat
+//! ([`repeatable`]) or was provably never sent; otherwise, and once the deadline passes, it
+//! answers 503 (docs/semantics.md, *Forwarding*).
 
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tokio::time::Instant;
 
 use super::auth;
 use super::body;
-use super::errors::{ApiError, Dialect};
+use super::errors::{ApiError, Dialect, NotProposed};
 use crate::node::SharedNode;
 
 /// Marks a request forwarded by a peer; its value is the number of hops so far.
@@ -21,8 +29,13 @@ pub const HOPS_HEADER: &str = "x-raftlock-hops";
 pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
 /// Wall-clock deadline (ns) of a forwarded blocking acquire, stable across retries.
 pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
+/// On a 503 to a forwarded request: it was never proposed, so the forwarding peer may send
+/// it to the new leader whatever it is.
+pub const NOT_PROPOSED_HEADER: &str = "x-raftlock-not-proposed";
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
+/// After a failed attempt, how long to wait for news of a leader before trying again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Hop-by-hop headers that must not be copied onto the forwarded request or the reply.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -39,147 +52,284 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// Middleware on every route that needs the leader.
-pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next) -> Response {
-    let dialect = Dialect::of_path(req.uri().path());
-    let hops: u32 = match req.headers().get(HOPS_HEADER) {
-        None => 0,
-        Some(v) => {
-            if !auth::cluster_secret_ok(&node, req.headers()) {
-                return ApiError::new(
-                    dialect,
-                    StatusCode::UNAUTHORIZED,
-                    "forwarded request without cluster secret",
-                )
-                .into_response();
-            }
-            let presented = req.headers().get(raftlock_raft::CLUSTER_ID_HEADER);
-            if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
-                return ApiError::new(dialect, StatusCode::CONFLICT, refusal.to_string())
-                    .into_response();
-            }
-            v.to_str()
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(MAX_HOPS)
-        }
-    };
-    let Some((leader_id, addr)) = node.wait_for_leader().await else {
-        return ApiError::unavailable(dialect, "no leader").into_response();
-    };
-    if leader_id == node.config.node_id {
-        return next.run(req).await;
+/// Whether sending `method path` twice gives the same state *and the same answer* as
+/// sending it once, so a follower may repeat it at a new leader when the first attempt's
+/// fate is unknown: reads; §4 renew and same-token acquire (the token names the lease, and
+/// re-acquiring keeps the fencing token) and force release; §5 refresh and acquire (the
+/// forwarded call carries one waiter id, and re-acquire under a lease is idempotent).
+///
+/// Releases are not: if the first release took effect and someone else took the lock before
+/// the repeat, the repeat would answer "ownership lost" for a release that succeeded (the
+/// chaos suite's linearizability check caught exactly that). Creates, updates, deletes and
+/// revokes are not either.
+pub fn repeatable(method: &Method, path: &str) -> bool {
+    if method == Method::GET {
+        return true;
     }
-    if hops >= MAX_HOPS {
-        return ApiError::unavailable(dialect, "leader changed while forwarding").into_response();
+    if let Some(rest) = path.strip_prefix("/locks/") {
+        let lease = rest.ends_with("/lease");
+        return (lease && (method == Method::POST || method == Method::PATCH))
+            || (!lease && method == Method::DELETE);
     }
-    match forward(&node, req, &addr, hops + 1, dialect).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
+    match path.strip_prefix("/v1beta/") {
+        Some(rpc) => matches!(
+            rpc,
+            "GetNamespace"
+                | "ListNamespaces"
+                | "GetLockLease"
+                | "ListLockLeases"
+                | "GetLock"
+                | "ListLocks"
+                | "RefreshLockLease"
+                | "AcquireLock"
+        ),
+        None => false,
     }
 }
 
-/// What is needed to (re)send a client request to the leader.
-struct Outgoing {
-    method: axum::http::Method,
+/// Middleware on every route that needs the leader.
+pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next) -> Response {
+    let arrived = Instant::now();
+    let dialect = Dialect::of_path(req.uri().path());
+    let hops = match forwarded_hops(&node, &req, dialect) {
+        Ok(hops) => hops,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let first_deadline = arrived + node.config.commit_timeout;
+    let Some(leader) = node.wait_for_leader_until(first_deadline).await else {
+        return ApiError::unavailable(dialect, "no leader").into_response();
+    };
+    let (mut parts, body) = req.into_parts();
+    let body = match body::read(body, dialect).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    let wait = WaitContext::for_request(&node, &parts, &body, hops);
+    let call = Call::new(&node, &parts, body, hops + 1, &wait, arrived, dialect);
+    parts.extensions.insert(wait);
+    let mut resp = route(&node, &call, leader, parts, next).await;
+    if hops > 0 && resp.extensions().get::<NotProposed>().is_some() {
+        // Tell the forwarding peer it may send this request on to the new leader.
+        resp.headers_mut()
+            .insert(NOT_PROPOSED_HEADER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// Decides `call` here while this node leads, or forwards it to the leader; goes on to each
+/// new leader while the call's fate allows a retry and its deadline has not passed. Only the
+/// node the client called retries; a forwarded call gets one more hop at most.
+async fn route(
+    node: &SharedNode,
+    call: &Call,
+    (mut leader_id, mut addr): (u64, String),
+    parts: Parts,
+    next: Next,
+) -> Response {
+    let mut local = Some((parts, next));
+    let mut remote_attempts = if call.hops == 1 { u32::MAX } else { 1 };
+    loop {
+        let (last, may_retry) = if leader_id == node.config.node_id {
+            let Some((parts, next)) = local.take() else {
+                return ApiError::unavailable(call.dialect, "the leader changed").into_response();
+            };
+            let resp = next
+                .run(Request::from_parts(parts, Body::from(call.body.clone())))
+                .await;
+            let unanswered = resp.status() == StatusCode::SERVICE_UNAVAILABLE
+                && (call.repeatable || resp.extensions().get::<NotProposed>().is_some());
+            (resp, unanswered && call.hops <= MAX_HOPS)
+        } else {
+            if call.hops > MAX_HOPS || remote_attempts == 0 {
+                return ApiError::unavailable(call.dialect, "leader changed while forwarding")
+                    .into_response();
+            }
+            remote_attempts -= 1;
+            match attempt(node, call, &addr).await {
+                Ok(resp) => return resp,
+                Err((resp, may_retry)) => (resp, may_retry && remote_attempts > 0),
+            }
+        };
+        if !may_retry || Instant::now() >= call.deadline {
+            return last;
+        }
+        // Let the cluster settle (a new leader, or the same one back), then try again.
+        let mut metrics = node.raft.metrics();
+        let pause = (Instant::now() + RETRY_PAUSE).min(call.deadline);
+        let _ = tokio::time::timeout_at(pause, metrics.changed()).await;
+        match node.wait_for_leader_until(call.deadline).await {
+            Some((id, leader_addr)) => (leader_id, addr) = (id, leader_addr),
+            None => return last,
+        }
+        metrics::counter!("raftlock_forward_retries_total").increment(1);
+    }
+}
+
+/// One forward to the leader at `addr`. `Ok`: the answer to relay. `Err`: a 503 to relay
+/// unless the call goes on elsewhere, and whether it may.
+async fn attempt(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, (Response, bool)> {
+    // A leader that is cut off but alive may hold the call until the deadline; as soon as
+    // this node learns of another leader, a repeatable call goes on there.
+    let result = tokio::select! {
+        r = send(node, call, addr) => r,
+        _ = leader_moved_from(node, addr), if call.repeatable => Err(Failed {
+            sent: true,
+            error: ApiError::unavailable(call.dialect, "the leader changed"),
+        }),
+        // A stopping node answers a long wait now rather than have it cut at exit; dropping
+        // the forward makes the leader cancel the waiter.
+        _ = node.stopped(), if call.waits() => {
+            return Err((ApiError::unavailable(call.dialect, "this node is stopping; retry on another").into_response(), false));
+        }
+    };
+    match result {
+        Ok(resp) if resp.status() != StatusCode::SERVICE_UNAVAILABLE => Ok(resp),
+        // The leader's own 503 (it lost leadership, or could not commit in time): the write
+        // may still commit, so only a repeatable call goes on.
+        Ok(resp) => Err((resp, call.repeatable)),
+        Err(failed) => Err((
+            failed.error.into_response(),
+            call.repeatable || !failed.sent,
+        )),
+    }
+}
+
+/// For a request forwarded by a peer: checks the cluster secret and id, returns the hops so
+/// far. A client request (no hops header) has 0.
+fn forwarded_hops(node: &SharedNode, req: &Request, dialect: Dialect) -> Result<u32, ApiError> {
+    let Some(v) = req.headers().get(HOPS_HEADER) else {
+        return Ok(0);
+    };
+    if !auth::cluster_secret_ok(node, req.headers()) {
+        return Err(ApiError::new(
+            dialect,
+            StatusCode::UNAUTHORIZED,
+            "forwarded request without cluster secret",
+        ));
+    }
+    let presented = req.headers().get(raftlock_raft::CLUSTER_ID_HEADER);
+    if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
+        return Err(ApiError::new(
+            dialect,
+            StatusCode::CONFLICT,
+            refusal.to_string(),
+        ));
+    }
+    Ok(v.to_str()
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MAX_HOPS))
+}
+
+/// The identity of a blocking acquire, fixed by the node the client called and kept across
+/// every retry at a new leader, so a retry keeps the call's place in the replicated queue
+/// (and cannot queue twice) and its original deadline. Handlers read it as a request
+/// extension; it is empty for every other request.
+#[derive(Debug, Clone, Default)]
+pub struct WaitContext {
+    pub waiter_id: Option<String>,
+    /// Cluster-time nanoseconds at which the original call gives up.
+    pub deadline: Option<i64>,
+}
+
+impl WaitContext {
+    fn for_request(node: &SharedNode, parts: &Parts, body: &[u8], hops: u32) -> WaitContext {
+        let wait_secs = blocking_timeout(parts.uri.path(), body);
+        if wait_secs == 0 {
+            return WaitContext::default();
+        }
+        if hops > 0 {
+            // Set by the peer that forwarded it (its secret was checked).
+            let text = |name: &str| {
+                parts
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            return WaitContext {
+                waiter_id: text(WAITER_ID_HEADER),
+                deadline: text(DEADLINE_HEADER).and_then(|d| d.parse().ok()),
+            };
+        }
+        WaitContext {
+            waiter_id: Some(super::rpc::new_waiter_id()),
+            deadline: Some(node.cluster_now() + wait_secs as i64 * 1_000_000_000),
+        }
+    }
+}
+
+/// A client request on its way to the leader: what is needed to (re)send it, and its bound.
+struct Call {
+    method: Method,
     /// Path and query, relayed unchanged.
     path: String,
     headers: axum::http::HeaderMap,
     body: Bytes,
-    /// Transport timeout: the commit bound, plus the wait a blocking acquire asked for.
-    timeout: Duration,
-}
-
-async fn forward(
-    node: &SharedNode,
-    req: Request,
-    addr: &str,
+    /// Hops this call carries when forwarded (1 from the node the client called).
     hops: u32,
-    d: Dialect,
-) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
-    let body = body::read(body, d).await?;
-    let blocking = parts.uri.path().ends_with("/AcquireLock");
-    // The transport timeout is bounded by what this call may wait (found by the chaos
-    // suite: a forwarded AcquireLock to a leader that accepts connections but never
-    // answers — paused, or behind a blackholed link — hung for the 305 s maximum even with
-    // `timeout_seconds: 0`, instead of answering 503 within the commit bound).
-    let wait_secs = if blocking { blocking_timeout(&body) } else { 0 };
-    let out = Outgoing {
-        method: parts.method,
-        path: parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .to_string(),
-        headers: parts.headers,
-        body,
-        timeout: Duration::from_secs(wait_secs)
-            + 2 * node.config.commit_timeout
-            + Duration::from_millis(500),
-    };
-    // Only the first hop manages retries across leader changes.
-    if wait_secs == 0 || hops != 1 {
-        return send(node, &out, addr, hops, &[], d).await;
-    }
-    forward_blocking_acquire(node, out, addr, wait_secs, d).await
+    /// Extra node-to-node headers (a blocking acquire's waiter id and deadline).
+    extra: Vec<(&'static str, String)>,
+    /// The one deadline of the whole call.
+    deadline: Instant,
+    /// Safe to send again when an attempt's fate is unknown.
+    repeatable: bool,
+    dialect: Dialect,
 }
 
-/// `timeout_seconds` of an AcquireLock body (0 when absent or unreadable).
-fn blocking_timeout(body: &[u8]) -> u64 {
+impl Call {
+    /// A blocking acquire (it may wait far longer than a commit).
+    fn waits(&self) -> bool {
+        !self.extra.is_empty()
+    }
+
+    fn new(
+        node: &SharedNode,
+        parts: &Parts,
+        body: Bytes,
+        hops: u32,
+        wait: &WaitContext,
+        arrived: Instant,
+        dialect: Dialect,
+    ) -> Call {
+        let path = parts.uri.path();
+        let wait_secs = blocking_timeout(path, &body);
+        let mut extra = Vec::new();
+        if let Some(id) = &wait.waiter_id {
+            extra.push((WAITER_ID_HEADER, id.clone()));
+        }
+        if let Some(deadline) = wait.deadline {
+            extra.push((DEADLINE_HEADER, deadline.to_string()));
+        }
+        Call {
+            method: parts.method.clone(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+                .to_string(),
+            headers: parts.headers.clone(),
+            body,
+            hops,
+            extra,
+            deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
+            repeatable: repeatable(&parts.method, path),
+            dialect,
+        }
+    }
+}
+
+/// `timeout_seconds` of a §5 AcquireLock body (0 for any other request, or when absent).
+fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
+    if !path.ends_with("/AcquireLock") {
+        return 0;
+    }
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
         .unwrap_or(0)
         .min(300)
-}
-
-/// A blocking acquire survives a leader change: the follower that received it keeps one
-/// waiter id and deadline for the whole call and, if the leader dies or steps down
-/// mid-wait, sends the call again to the new leader until the deadline. The queue entry is
-/// keyed by the waiter id and re-acquire under one lease is idempotent, so a retry can
-/// neither queue twice nor double-grant.
-async fn forward_blocking_acquire(
-    node: &SharedNode,
-    out: Outgoing,
-    first_addr: &str,
-    wait_secs: u64,
-    d: Dialect,
-) -> Result<Response, ApiError> {
-    let waiter_id = super::rpc::new_waiter_id();
-    let deadline_nanos = node.cluster_now() + wait_secs as i64 * 1_000_000_000;
-    let give_up =
-        tokio::time::Instant::now() + Duration::from_secs(wait_secs) + node.config.commit_timeout;
-    let extra = [
-        (WAITER_ID_HEADER, waiter_id),
-        (DEADLINE_HEADER, deadline_nanos.to_string()),
-    ];
-    let mut addr = first_addr.to_string();
-    loop {
-        // A leader that is cut off but alive keeps the call until the deadline; as soon as
-        // this node learns of another leader, abandon that attempt and go on there.
-        let result = tokio::select! {
-            r = send(node, &out, &addr, 1, &extra, d) => r,
-            _ = leader_moved_from(node, &addr) => {
-                Err(ApiError::unavailable(d, "the leader changed while waiting"))
-            }
-        };
-        let retry = match &result {
-            Ok(resp) => resp.status() == StatusCode::SERVICE_UNAVAILABLE,
-            Err(_) => true,
-        };
-        if !retry || tokio::time::Instant::now() >= give_up {
-            return result;
-        }
-        // Wait for the cluster to settle on a (possibly new) leader, then try again.
-        let mut metrics = node.raft.metrics();
-        let _ = tokio::time::timeout(Duration::from_millis(200), metrics.changed()).await;
-        match node.wait_for_leader().await {
-            Some((_, leader_addr)) => addr = leader_addr,
-            None => continue,
-        }
-    }
 }
 
 /// Resolves once this node knows a leader at an address other than `addr`.
@@ -196,32 +346,38 @@ async fn leader_moved_from(node: &SharedNode, addr: &str) {
     }
 }
 
-async fn send(
-    node: &SharedNode,
-    out: &Outgoing,
-    addr: &str,
-    hops: u32,
-    extra: &[(&str, String)],
-    d: Dialect,
-) -> Result<Response, ApiError> {
-    let url = format!("http://{addr}{}", out.path);
+/// A forward attempt that got no answer from the leader.
+struct Failed {
+    /// Whether the request may have reached the leader (false: the connection was refused).
+    sent: bool,
+    error: ApiError,
+}
+
+async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Failed> {
+    let d = call.dialect;
+    let url = format!("http://{addr}{}", call.path);
+    // At least a few milliseconds, so an attempt at the deadline fails as a timeout.
+    let timeout = call
+        .deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(10));
     let mut req = node
         .forward_client
-        .request(out.method.clone(), &url)
-        .timeout(out.timeout)
-        .body(out.body.clone());
-    for (name, value) in out.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
+        .request(call.method.clone(), &url)
+        .timeout(timeout)
+        .body(call.body.clone());
+    for (name, value) in call.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
         if !is_internal(name.as_str()) {
             req = req.header(name, value);
         }
     }
-    for (name, value) in extra {
+    for (name, value) in &call.extra {
         req = req.header(*name, value.as_str());
     }
     // The source header names this node (not the original client) so a per-link fault
     // proxy sees which node-to-node link the forwarded request travels on.
     req = req
-        .header(HOPS_HEADER, hops.to_string())
+        .header(HOPS_HEADER, call.hops.to_string())
         .header(
             raftlock_raft::CLUSTER_SECRET_HEADER,
             node.config.cluster_secret.as_str(),
@@ -235,13 +391,26 @@ async fn send(
     }
     let resp = req.send().await.map_err(|e| {
         tracing::debug!(error = %e, "forward to the leader failed");
-        ApiError::unavailable(d, "leader unreachable")
+        Failed {
+            // A refused connection carried nothing; anything later may have.
+            sent: !e.is_connect(),
+            error: ApiError::unavailable(d, "leader unreachable"),
+        }
     })?;
     let status = resp.status();
-    let headers = resp.headers().clone();
+    let mut headers = resp.headers().clone();
+    if headers.remove(NOT_PROPOSED_HEADER).is_some() {
+        return Err(Failed {
+            sent: false,
+            error: ApiError::unavailable(d, "the leader changed"),
+        });
+    }
     let body = resp.bytes().await.map_err(|e| {
         tracing::debug!(error = %e, "leader reply lost");
-        ApiError::unavailable(d, "leader reply lost")
+        Failed {
+            sent: true,
+            error: ApiError::unavailable(d, "leader reply lost"),
+        }
     })?;
     // A gateway error that is not one of ours came from something on the link (a proxy or
     // sidecar between the nodes), not from the leader: answer in the API's error format.
@@ -251,10 +420,10 @@ async fn send(
             .and_then(|v| v.get("code").cloned())
             .is_none()
     {
-        return Err(ApiError::unavailable(
-            d,
-            format!("leader link answered {status}"),
-        ));
+        return Err(Failed {
+            sent: true,
+            error: ApiError::unavailable(d, format!("leader link answered {status}")),
+        });
     }
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
@@ -270,7 +439,41 @@ fn is_internal(name: &str) -> bool {
     name == HOPS_HEADER
         || name == WAITER_ID_HEADER
         || name == DEADLINE_HEADER
+        || name == NOT_PROPOSED_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_calls_whose_repeat_answers_the_same_are_repeatable() {
+        let yes = [
+            (Method::GET, "/locks/k"),
+            (Method::POST, "/locks/k/lease"),
+            (Method::PATCH, "/locks/k/lease"),
+            (Method::DELETE, "/locks/k"),
+            (Method::POST, "/v1beta/RefreshLockLease"),
+            (Method::POST, "/v1beta/AcquireLock"),
+            (Method::POST, "/v1beta/GetLock"),
+        ];
+        let no = [
+            (Method::DELETE, "/locks/k/lease"),
+            (Method::POST, "/v1beta/ReleaseLock"),
+            (Method::POST, "/v1beta/RevokeLockLease"),
+            (Method::POST, "/v1beta/DeleteLock"),
+            (Method::POST, "/v1beta/CreateLockLease"),
+            (Method::POST, "/v1beta/CreateNamespace"),
+            (Method::POST, "/admin/v1/projects"),
+        ];
+        for (m, p) in yes {
+            assert!(repeatable(&m, p), "{m} {p}");
+        }
+        for (m, p) in no {
+            assert!(!repeatable(&m, p), "{m} {p}");
+        }
+    }
 }

@@ -44,7 +44,11 @@ pub fn router(node: SharedNode) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .merge(admin::local_routes());
+        .merge(admin::local_routes())
+        .route(
+            crate::handoff::CAMPAIGN_PATH,
+            axum::routing::post(crate::handoff::campaign),
+        );
     let internal = raftlock_raft::internal_router(
         node.raft.clone(),
         node.config.cluster_secret.clone(),

@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::errors::{ApiError, Dialect};
+use super::forward::WaitContext;
 use super::{auth, body};
 use crate::node::SharedNode;
 
@@ -108,12 +109,13 @@ fn new_lease_id() -> String {
 async fn dispatch(
     State(node): State<SharedNode>,
     Path(method): Path<String>,
+    wait: Option<Extension<WaitContext>>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
     let project = auth::admit(&node, &headers, D)?;
     let bytes = body::read(b, D).await?;
-    let ctx = WaitContext::from_headers(&headers);
+    let ctx = wait.map(|Extension(w)| w).unwrap_or_default();
     let call = Call { node, project };
     let answer = match method.as_str() {
         "CreateNamespace" => call.create_namespace(parse(&bytes)?).await?,
@@ -425,40 +427,17 @@ impl Call {
                 // same waiter id keeps its place, instead of learning it at the deadline.
                 return Err(ApiError::unavailable(D, "leadership lost while waiting"));
             }
-            if tokio::time::timeout_at(deadline, applied.changed())
-                .await
-                .is_err()
-            {
-                return Ok(None);
+            tokio::select! {
+                changed = tokio::time::timeout_at(deadline, applied.changed()) => {
+                    if changed.is_err() {
+                        return Ok(None);
+                    }
+                }
+                // Answered (and its waiter cancelled by the guard) rather than cut at exit.
+                _ = self.node.stopped() => {
+                    return Err(ApiError::unavailable(D, "this node is stopping; retry on another"));
+                }
             }
-        }
-    }
-}
-
-/// Set by a follower that forwards a blocking acquire, so a retry after a leader change
-/// keeps the call's place in the queue and its original deadline.
-#[derive(Debug, Clone, Default)]
-struct WaitContext {
-    waiter_id: Option<String>,
-    /// Wall-clock nanoseconds at which the original call gives up.
-    deadline: Option<i64>,
-}
-
-impl WaitContext {
-    /// Trusted only on forwarded requests (the forwarding middleware checked the secret).
-    fn from_headers(headers: &HeaderMap) -> WaitContext {
-        if !headers.contains_key(super::forward::HOPS_HEADER) {
-            return WaitContext::default();
-        }
-        let text = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        WaitContext {
-            waiter_id: text(super::forward::WAITER_ID_HEADER),
-            deadline: text(super::forward::DEADLINE_HEADER).and_then(|d| d.parse().ok()),
         }
     }
 }

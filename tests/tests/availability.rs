@@ -1,0 +1,377 @@
+//! Availability through faults and upgrades (issue 13): one deadline per forwarded request,
+//! leadership hand-off on SIGTERM, rolling restarts, and a Volcano-style client that renews
+//! through a follower while leaders are killed.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use raftlock_client::{Acquire, Client, LockToken, Release};
+use raftlock_tests::{eventually, token, Cluster, Locks};
+use serde_json::json;
+use tokio::sync::watch;
+
+/// Moves leadership off `node` with the admin API, if it leads.
+async fn lead_elsewhere(cluster: &Cluster, node: u64) -> anyhow::Result<u64> {
+    let mut leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    if leader == node {
+        let r = cluster
+            .admin_post(node, "/admin/v1/cluster/leader", json!({}))
+            .await?;
+        anyhow::ensure!(r.status() == 200, "move leader: {}", r.status());
+        leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+        anyhow::ensure!(leader != node, "leadership did not move");
+    }
+    Ok(leader)
+}
+
+/// Kong's Volcano SDK renews a held lock every TTL/3 and aborts the caller's work on the
+/// first renewal that fails. Such a client, talking to one follower, must keep its 6 s lock
+/// while the leader is killed -9 three times: every renewal the follower receives during a
+/// failover is forwarded to the new leader within its deadline.
+#[tokio::test]
+async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leader_kills(
+) -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let locks = Locks::new(&cluster, follower, &key);
+    let t = token();
+    let held = locks.acquire("job", &t, 6).await?;
+    assert_eq!(held.status, 200, "{:?}", held.body);
+
+    let (stop, stopped) = watch::channel(false);
+    let renewals = Arc::new(Mutex::new(0u32));
+    let renewer = {
+        let (locks, t, renewals, mut stopped) =
+            (locks.clone(), t.clone(), renewals.clone(), stopped);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stopped.changed() => return Ok(()),
+                }
+                let started = Instant::now();
+                let r = locks.renew("job", &t, 6).await?;
+                if r.status != 200 {
+                    anyhow::bail!(
+                        "renewal failed after {:?}: {} {:?} (the SDK would abort the work)",
+                        started.elapsed(),
+                        r.status,
+                        r.body
+                    );
+                }
+                *renewals.lock().unwrap() += 1;
+            }
+        })
+    };
+
+    for round in 0..3 {
+        let leader = lead_elsewhere(&cluster, follower).await?;
+        cluster.kill(leader);
+        let before = *renewals.lock().unwrap();
+        // Two renewals through the new leader, so the next kill falls on a settled cluster.
+        eventually(
+            Duration::from_secs(15),
+            "two renewals after the kill",
+            || async { (*renewals.lock().unwrap() >= before + 2).then_some(()) },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
+        cluster.restart(leader)?;
+        cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    }
+    stop.send(true)?;
+    renewer.await??;
+    let read = locks.read("job").await?;
+    assert_eq!(read.body["held"], true);
+    assert_eq!(read.body["fencing_token"].as_u64(), Some(held.fencing()));
+    Ok(())
+}
+
+/// With the leader frozen (SIGSTOP: connections accepted, nothing answered), a call through a
+/// follower answers within the commit timeout (2 s) + 10 %; a renewal, which is safe to
+/// repeat, is answered 200 by the new leader rather than 503.
+#[tokio::test]
+async fn with_the_leader_frozen_a_follower_answers_within_the_deadline() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let locks = Locks::new(&cluster, follower, &key);
+    let t = token();
+    assert_eq!(locks.acquire("frozen", &t, 30).await?.status, 200);
+    let ns = locks
+        .rpc("CreateNamespace", json!({ "name": "frozen-ns" }))
+        .await?;
+    assert_eq!(ns.status, 200, "{:?}", ns.body);
+
+    cluster.pause(leader)?;
+    let started = Instant::now();
+    let (renew, create) = tokio::join!(
+        locks.renew("frozen", &t, 30),
+        locks.rpc(
+            "CreateLockLease",
+            json!({ "namespace_name": "frozen-ns", "ttl_seconds": 30 })
+        ),
+    );
+    let elapsed = started.elapsed();
+    cluster.resume(leader)?;
+    let (renew, create) = (renew?, create?);
+    println!(
+        "renew {} / create {} answered within {elapsed:?}",
+        renew.status, create.status
+    );
+    assert!(
+        elapsed <= Duration::from_millis(2200),
+        "answered after {elapsed:?}"
+    );
+    assert_eq!(renew.status, 200, "renewal: {:?}", renew.body);
+    // Not safe to repeat: 200 if the new leader took it first time, else 503 — never a guess.
+    assert!(
+        matches!(create.status, 200 | 503),
+        "create: {} {:?}",
+        create.status,
+        create.body
+    );
+    Ok(())
+}
+
+/// Successful writes of SDK workers, timestamped; errors are collected, not retried.
+struct Load {
+    successes: Arc<Mutex<Vec<Instant>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    stop: watch::Sender<bool>,
+    workers: Vec<tokio::task::JoinHandle<u64>>,
+}
+
+impl Load {
+    /// `n` workers, each acquiring and releasing its own lock in a loop through an SDK client
+    /// that knows every node.
+    fn start(cluster: &Cluster, key: &str, n: usize) -> anyhow::Result<Load> {
+        let endpoints: Vec<String> = cluster.ids().iter().map(|id| cluster.addr(*id)).collect();
+        let successes = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = watch::channel(false);
+        let mut workers = Vec::new();
+        for w in 0..n {
+            // Workers start at different endpoints, so some talk to the leader.
+            let mut ordered = endpoints.clone();
+            ordered.rotate_left(w % endpoints.len());
+            let client = Client::new(ordered, key)?;
+            let (successes, errors, stopped) = (successes.clone(), errors.clone(), stopped.clone());
+            workers.push(tokio::spawn(async move {
+                let name = format!("worker-{w}");
+                let mut last_fencing = 0;
+                let mut cycles = 0;
+                while !*stopped.borrow() {
+                    let token = LockToken::new();
+                    match client.acquire(&name, token, Duration::from_secs(30)).await {
+                        Ok(Acquire::Acquired(lease)) => {
+                            if lease.fencing_token <= last_fencing {
+                                errors.lock().unwrap().push(format!(
+                                    "{name}: fencing {} after {last_fencing}",
+                                    lease.fencing_token
+                                ));
+                            }
+                            last_fencing = lease.fencing_token;
+                            successes.lock().unwrap().push(Instant::now());
+                        }
+                        other => {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("{name} acquire: {other:?}"));
+                            continue;
+                        }
+                    }
+                    match client.release(&name, token).await {
+                        Ok(Release::Released) => successes.lock().unwrap().push(Instant::now()),
+                        other => errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("{name} release: {other:?}")),
+                    }
+                    cycles += 1;
+                }
+                cycles
+            }));
+        }
+        Ok(Load {
+            successes,
+            errors,
+            stop,
+            workers,
+        })
+    }
+
+    /// Stops the workers; returns the errors and the longest time with no successful write
+    /// anywhere between `from` and the end.
+    async fn finish(self, from: Instant) -> anyhow::Result<(Vec<String>, Duration, u64)> {
+        self.stop.send(true)?;
+        let mut cycles = 0;
+        for w in self.workers {
+            cycles += w.await?;
+        }
+        let mut times: Vec<Instant> = self
+            .successes
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|t| *t >= from)
+            .collect();
+        times.sort();
+        let mut gaps: Vec<(Duration, Duration)> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0], w[0] - from))
+            .collect();
+        gaps.sort();
+        gaps.reverse();
+        println!(
+            "largest gaps (length, at): {:?}",
+            &gaps[..gaps.len().min(5)]
+        );
+        let worst = gaps.first().map_or(Duration::MAX, |g| g.0);
+        let errors = self.errors.lock().unwrap().clone();
+        Ok((errors, worst, cycles))
+    }
+
+    async fn successes_since(&self, t: Instant) -> usize {
+        self.successes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| **s >= t)
+            .count()
+    }
+}
+
+/// SIGTERM to the leader under load: it hands leadership over, answers or forwards what it
+/// accepted, then exits. No client sees an error and writes pause only briefly.
+// Multi-threaded: `terminate` waits for the process on the test's thread, and the load must
+// keep running meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_the_leader_hands_off_without_a_client_error() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let load = Load::start(&cluster, &key, 6)?;
+    // A running cluster, not one just elected: a leader hands off at once only after its
+    // own leader lease (600 ms from its election) has passed (docs/operations.md).
+    let warm = Instant::now();
+    eventually(Duration::from_secs(10), "load running for 1 s", || async {
+        (warm.elapsed() > Duration::from_secs(1) && load.successes_since(warm).await > 50)
+            .then_some(())
+    })
+    .await?;
+
+    let stopped_at = Instant::now();
+    cluster.terminate(leader)?;
+    println!(
+        "leader {leader} exited {:?} after SIGTERM",
+        stopped_at.elapsed()
+    );
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    assert_ne!(new_leader, leader);
+    let after = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "load running after the stop",
+        || async { (load.successes_since(after).await > 50).then_some(()) },
+    )
+    .await?;
+    let (errors, worst_gap, cycles) = load.finish(stopped_at).await?;
+    println!("{cycles} cycles; worst gap with no write anywhere: {worst_gap:?}");
+    assert!(errors.is_empty(), "client errors: {errors:#?}");
+    assert!(
+        worst_gap <= Duration::from_millis(300),
+        "writes paused for {worst_gap:?}"
+    );
+    Ok(())
+}
+
+/// Every node restarted in turn (SIGTERM, start again, next node), twice over, under load: no
+/// client error, no unanswered request, fencing tokens keep increasing per lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let load = Load::start(&cluster, &key, 6)?;
+    let began = Instant::now();
+    eventually(Duration::from_secs(10), "load running for 1 s", || async {
+        (began.elapsed() > Duration::from_secs(1) && load.successes_since(began).await > 50)
+            .then_some(())
+    })
+    .await?;
+    for _ in 0..2 {
+        for id in cluster.ids() {
+            let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+            println!("{:?}: terminating {id} (leader {leader})", began.elapsed());
+            cluster.terminate(id)?;
+            println!("{:?}: {id} exited", began.elapsed());
+            cluster.restart(id)?;
+            cluster.wait_for_leader(Duration::from_secs(10)).await?;
+            // The restarted node has caught up before the next one stops.
+            let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+            let target = cluster.metric(leader, "raftlock_raft_last_log_index").await;
+            eventually(
+                Duration::from_secs(10),
+                "the restarted node caught up",
+                || async {
+                    let applied = cluster.metric(id, "raftlock_raft_applied_index").await?;
+                    (applied >= target?).then_some(())
+                },
+            )
+            .await?;
+        }
+    }
+    let (errors, worst_gap, cycles) = load.finish(began).await?;
+    println!("{cycles} cycles; worst gap with no write anywhere: {worst_gap:?}");
+    assert!(errors.is_empty(), "client errors: {errors:#?}");
+    assert!(
+        worst_gap <= Duration::from_millis(500),
+        "writes paused for {worst_gap:?}"
+    );
+    Ok(())
+}
+
+/// `kill -9` of the leader, 20 times: time from the kill to the first write answered 200
+/// through a surviving node. Goal (issue 13): worst ≤ 1 s on this 2-core machine.
+#[tokio::test]
+async fn killing_the_leader_20_times_serving_again_within_1s() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    let t = token();
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+        let survivor = Locks::new(&cluster, cluster.other_than(&[leader]), &key);
+        assert_eq!(survivor.acquire("kill-20", &t, 60).await?.status, 200);
+        // Past the new leader's own lease, as in a cluster that has been running.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        cluster.kill(leader);
+        let killed = Instant::now();
+        eventually(
+            Duration::from_secs(5),
+            "a write through a survivor",
+            || async {
+                let r = survivor.renew("kill-20", &t, 60).await.ok()?;
+                (r.status == 200).then_some(())
+            },
+        )
+        .await?;
+        times.push(killed.elapsed());
+        cluster.restart(leader)?;
+        cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    }
+    times.sort();
+    let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
+    println!("kill -9 → serving: median {median:?}, worst {worst:?}; all {times:?}");
+    assert!(worst <= Duration::from_secs(1), "worst failover {worst:?}");
+    Ok(())
+}
