@@ -237,10 +237,34 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
     }
 }
 
+/// When this node last heard from a leader it accepts (an `append_entries` or snapshot chunk
+/// that was not refused for a stale vote). openraft 0.9 keeps this to itself; the server's
+/// pre-vote (`raftlock_server::election`) needs it to tell "no leader" from "a leader I
+/// cannot see".
+#[derive(Clone, Default)]
+pub struct LeaderContact(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl LeaderContact {
+    /// Records contact now.
+    pub fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// Time since the last contact; `None` if there was none since the process started.
+    pub fn since(&self) -> Option<Duration> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed())
+    }
+}
+
 /// State of the internal routes.
 struct Internal {
     raft: Raft,
     secret: String,
+    /// Touched by every accepted append or snapshot chunk.
+    contact: LeaderContact,
     /// When set, requests must carry this cluster's id (see [`crate::identity`]); 409 if not.
     identity: Option<ClusterIdentity>,
 }
@@ -251,11 +275,17 @@ struct Internal {
 ///
 /// The routes carry their own [`DefaultBodyLimit`] of [`MAX_RPC_BODY`]; merge this router so
 /// that no smaller body-limit layer of the public API wraps it.
-pub fn internal_router(raft: Raft, secret: String, identity: Option<ClusterIdentity>) -> Router {
+pub fn internal_router(
+    raft: Raft,
+    secret: String,
+    identity: Option<ClusterIdentity>,
+    contact: LeaderContact,
+) -> Router {
     let state = Arc::new(Internal {
         raft,
         secret,
         identity,
+        contact,
     });
     Router::new()
         .route(APPEND_PATH, post(append))
@@ -346,11 +376,18 @@ where
 }
 
 async fn append(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
+    let contact = state.contact.clone();
     handle(
         &state,
         &headers,
         &body,
-        |raft, req: AppendEntriesRequest| async move { raft.append_entries(req).await },
+        |raft, req: AppendEntriesRequest| async move {
+            let answer = raft.append_entries(req).await;
+            if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                contact.touch();
+            }
+            answer
+        },
     )
     .await
 }
@@ -366,11 +403,18 @@ async fn vote(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Byte
 }
 
 async fn snapshot(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
+    let contact = state.contact.clone();
     handle(
         &state,
         &headers,
         &body,
-        |raft, req: InstallSnapshotRequest| async move { raft.install_snapshot(req).await },
+        |raft, req: InstallSnapshotRequest| async move {
+            let answer = raft.install_snapshot(req).await;
+            if answer.is_ok() {
+                contact.touch();
+            }
+            answer
+        },
     )
     .await
 }

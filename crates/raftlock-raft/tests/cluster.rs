@@ -45,7 +45,12 @@ async fn start_node(id: u64) -> TestNode {
     let raft = Raft::new(id, test_config(), Network::new(SECRET), log, sm)
         .await
         .unwrap();
-    let router = internal_router(raft.clone(), SECRET.to_string(), None);
+    let router = internal_router(
+        raft.clone(),
+        SECRET.to_string(),
+        None,
+        raftlock_raft::LeaderContact::default(),
+    );
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     TestNode {
         raft,

@@ -209,8 +209,9 @@ async fn watch_applied(clock: Arc<NodeClock>, state: SharedState, mut rx: watch:
     }
 }
 
-/// Every [`GUARD_PERIOD`]: publishes the offset, warns when it crosses the bound, switches
-/// elections off while the clock is unfit, and drops the leader line after losing leadership.
+/// Every [`GUARD_PERIOD`]: publishes the offset, warns when it crosses the bound (the
+/// election driver does not campaign while the clock is unfit), and drops the leader line
+/// after losing leadership.
 async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
     let mut interval = tokio::time::interval(GUARD_PERIOD);
     let mut electing = true;
@@ -237,8 +238,8 @@ async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
             continue;
         }
         if fit != electing {
+            // The election driver (crate::election) asks `may_campaign` before each election.
             electing = fit;
-            raft.runtime_config().elect(fit);
             if fit {
                 tracing::info!(
                     node = me,

@@ -7,6 +7,7 @@
 //! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`election`]: elections started by this node after a pre-vote, never by openraft's timer.
 //! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod dev;
+pub mod election;
 pub mod handoff;
 pub mod http;
 pub mod listener;
@@ -46,6 +48,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         };
         listener::serve(listener, app, max_connections, stop).await
     });
+    election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
     node.spawn_ticker();
     shutdown_signal().await;

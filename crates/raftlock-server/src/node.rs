@@ -70,6 +70,17 @@ pub struct Node {
     pub clock: Arc<NodeClock>,
     /// True once the node is stopping (SIGTERM): long waits answer instead of being cut.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// When this node last heard from a leader (for the pre-vote, `crate::election`).
+    pub contact: raftlock_raft::LeaderContact,
+    /// When the process started: a node that never heard from a leader counts from here.
+    pub started: std::time::Instant,
+    /// The lease and election timeout the pre-vote works with.
+    pub election_timing: crate::election::Timing,
+    /// When this node last granted a pre-vote: it then leaves the campaign to that candidate
+    /// for a while instead of racing it.
+    pub prevote_granted_at: Mutex<Option<std::time::Instant>>,
+    /// A handle on the log, for its last log id (the pre-vote compares logs).
+    log: raftlock_raft::LogStore,
 }
 
 impl Node {
@@ -94,6 +105,10 @@ impl Node {
         )?;
         let applied_rx = sm_store.subscribe_applied();
         let state = sm_store.shared();
+        let election_timing = crate::election::Timing {
+            lease: config.election_timeout * 3 / 2,
+            timeout_min: config.election_timeout,
+        };
         let raft_config = openraft::Config {
             cluster_name: "raftlock".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
@@ -104,7 +119,7 @@ impl Node {
             // heartbeat 100 ms): a dead leader is replaced after 625–750 ms of silence (six
             // missed heartbeats before anyone campaigns), and a hand-off (crate::handoff)
             // waits at most one 375 ms lease.
-            election_timeout_max: config.election_timeout.as_millis() as u64 * 3 / 2,
+            election_timeout_max: election_timing.lease.as_millis() as u64,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
             max_in_snapshot_log_to_keep: 1000,
             install_snapshot_timeout: 10_000,
@@ -116,6 +131,7 @@ impl Node {
         .validate()?;
         // Names this node on every peer RPC (x-raftlock-from), so a per-link fault proxy can
         // tell links apart (chaos suite).
+        let log_reader = log_store.clone();
         let network = raftlock_raft::Network::new(config.cluster_secret.clone())
             .with_source(config.node_id)
             .with_identity(identity.clone());
@@ -156,6 +172,11 @@ impl Node {
             identity,
             clock,
             stopping: tokio::sync::watch::Sender::new(false),
+            contact: raftlock_raft::LeaderContact::default(),
+            started: std::time::Instant::now(),
+            election_timing,
+            prevote_granted_at: Mutex::new(None),
+            log: log_reader,
         }))
     }
 
@@ -234,6 +255,18 @@ impl Node {
     /// Stops proposing writes until the guard is dropped (see [`Proposer::hold`]).
     pub async fn hold_writes(&self) -> tokio::sync::OwnedSemaphorePermit {
         self.proposer.hold().await
+    }
+
+    /// (term, index) of the last entry in this node's log, the order Raft's vote uses.
+    pub async fn last_log(&self) -> (u64, u64) {
+        use openraft::storage::RaftLogStorage;
+        let mut log = self.log.clone();
+        match log.get_log_state().await {
+            Ok(state) => state
+                .last_log_id
+                .map_or((0, 0), |id| (id.leader_id.term, id.index)),
+            Err(_) => (u64::MAX, u64::MAX),
+        }
     }
 
     /// Marks the node as stopping: it never campaigns again and long waits answer now.

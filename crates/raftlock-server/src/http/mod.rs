@@ -48,11 +48,16 @@ pub fn router(node: SharedNode) -> Router {
         .route(
             crate::handoff::CAMPAIGN_PATH,
             axum::routing::post(crate::handoff::campaign),
+        )
+        .route(
+            crate::election::PREVOTE_PATH,
+            axum::routing::post(crate::election::answer_prevote),
         );
     let internal = raftlock_raft::internal_router(
         node.raft.clone(),
         node.config.cluster_secret.clone(),
         Some(node.identity.clone()),
+        node.contact.clone(),
     );
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     Router::new()

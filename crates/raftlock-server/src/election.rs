@@ -1,0 +1,227 @@
+//! Elections with pre-vote.
+//!
+//! openraft 0.9 campaigns on its own timer, bumping its term each time. A node cut off from
+//! the others (a partition, a long pause) campaigns again and again; when it can talk again,
+//! its higher term makes the healthy leader step down — an election nobody needed, and a
+//! pause for every client. Raft's pre-vote prevents that; openraft 0.9 does not have it, so
+//! it is built here:
+//!
+//! openraft's own elections are switched off for the node's whole life, and [`spawn`]'s driver
+//! starts one with `trigger().elect()` only when
+//! 1. this node is a voter, not the leader, and not stopping;
+//! 2. it has not heard from a leader for the lease plus its own election timeout (what
+//!    openraft itself would wait; see `crate::node`);
+//! 3. its clock lets it lead (`crate::clock`, the clock-safety rule);
+//! 4. a majority of voters, itself included, grant a pre-vote ([`PREVOTE_PATH`]): a voter
+//!    grants if it is not the leader, has not heard from one within the lease, and the
+//!    candidate's log is at least as up to date as its own (so a stale node cannot keep
+//!    bumping the term while an up-to-date one tries to win). A voter that granted leaves
+//!    the campaign to that candidate for one lease instead of racing it.
+//!
+//! A node that cannot reach a majority never passes 4, so its term never moves; back in
+//! contact, it just follows. Nothing here can make two leaders: the real vote is still
+//! openraft's.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rand::Rng;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::http::auth;
+use crate::node::SharedNode;
+
+/// Internal route of the pre-vote (cluster secret required).
+pub const PREVOTE_PATH: &str = "/internal/leader/prevote";
+/// How often the driver looks at the node's state.
+const CHECK_EVERY: Duration = Duration::from_millis(25);
+/// How long a pre-vote waits for the peers' answers.
+const PREVOTE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The timing the driver and the pre-vote share.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// openraft's leader lease: a follower refuses to vote while it heard from its leader
+    /// within it (the upper bound of the election timeout).
+    pub lease: Duration,
+    /// The election timeout's lower bound; each wait is drawn from [min, lease).
+    pub timeout_min: Duration,
+}
+
+impl Timing {
+    fn draw(&self) -> Duration {
+        let (lo, hi) = (
+            self.timeout_min.as_millis() as u64,
+            self.lease.as_millis() as u64,
+        );
+        Duration::from_millis(rand::thread_rng().gen_range(lo..hi.max(lo + 1)))
+    }
+}
+
+/// Starts the election driver of `node`.
+pub fn spawn(node: SharedNode, timing: Timing) {
+    node.raft.runtime_config().elect(false);
+    tokio::spawn(drive(node, timing));
+}
+
+async fn drive(node: SharedNode, timing: Timing) {
+    let started = Instant::now();
+    let me = node.config.node_id;
+    let my_timeout = timing.draw();
+    let mut not_before = started;
+    let mut ticker = tokio::time::interval(CHECK_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if node.is_stopping() {
+            return;
+        }
+        if Instant::now() < not_before {
+            continue;
+        }
+        let (leading, voters) = {
+            let m = node.raft.metrics();
+            let m = m.borrow();
+            let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+            (m.current_leader == Some(me), voters)
+        };
+        if leading || !voters.contains(&me) {
+            continue;
+        }
+        let silence = node.contact.since().unwrap_or_else(|| started.elapsed());
+        if voters.len() > 1 && silence < timing.lease + my_timeout {
+            continue;
+        }
+        if !node.may_campaign() || granted_recently(&node, timing.lease) {
+            continue;
+        }
+        not_before = Instant::now() + timing.draw();
+        let grants = 1 + prevote(&node, &voters).await;
+        if 2 * grants <= voters.len() {
+            tracing::debug!(
+                grants,
+                voters = voters.len(),
+                "pre-vote failed: not campaigning"
+            );
+            metrics::counter!("raftlock_prevotes_failed_total").increment(1);
+            continue;
+        }
+        tracing::info!(
+            grants,
+            voters = voters.len(),
+            "pre-vote passed: campaigning"
+        );
+        metrics::counter!("raftlock_elections_started_total").increment(1);
+        if let Err(e) = node.raft.trigger().elect().await {
+            tracing::warn!(error = %e, "cannot start an election");
+        }
+    }
+}
+
+fn granted_recently(node: &SharedNode, lease: Duration) -> bool {
+    node.prevote_granted_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some_and(|t| t.elapsed() < lease)
+}
+
+/// What a candidate presents: its log's last (term, index).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PreVote {
+    last_log_term: u64,
+    last_log_index: u64,
+}
+
+/// Asks every other voter; returns how many granted within [`PREVOTE_TIMEOUT`].
+async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
+    let (last_log_term, last_log_index) = node.last_log().await;
+    let ask_body = PreVote {
+        last_log_term,
+        last_log_index,
+    };
+    let me = node.config.node_id;
+    let addrs: Vec<String> = {
+        let m = node.raft.metrics();
+        let m = m.borrow();
+        voters
+            .iter()
+            .filter(|id| **id != me)
+            .filter_map(|id| m.membership_config.membership().get_node(id))
+            .map(|n| n.addr.clone())
+            .collect()
+    };
+    let asks = addrs.iter().map(|addr| ask(node, addr, &ask_body));
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter(|granted| *granted)
+        .count()
+}
+
+async fn ask(node: &SharedNode, addr: &str, body: &PreVote) -> bool {
+    let mut req = node
+        .forward_client
+        .post(format!("http://{addr}{PREVOTE_PATH}"))
+        .timeout(PREVOTE_TIMEOUT)
+        .json(body)
+        .header(
+            raftlock_raft::CLUSTER_SECRET_HEADER,
+            node.config.cluster_secret.as_str(),
+        )
+        .header(
+            raftlock_raft::SOURCE_HEADER,
+            node.config.node_id.to_string(),
+        );
+    if let Some(id) = node.identity.get() {
+        req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
+    }
+    let Ok(resp) = req.send().await else {
+        return false;
+    };
+    if !resp.status().is_success() {
+        return false;
+    }
+    resp.json::<serde_json::Value>()
+        .await
+        .ok()
+        .and_then(|v| v.get("granted").and_then(|g| g.as_bool()))
+        .unwrap_or(false)
+}
+
+/// `POST /internal/leader/prevote`: granted if this node is not the leader, has not heard
+/// from one within the lease (counting from its own start when it never has), and the
+/// candidate's log is at least as up to date as its own.
+pub async fn answer_prevote(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !auth::cluster_secret_ok(&node, &headers) {
+        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
+    }
+    let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
+    if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
+        return (StatusCode::CONFLICT, refusal.to_string()).into_response();
+    }
+    let silence = node
+        .contact
+        .since()
+        .unwrap_or_else(|| node.started.elapsed());
+    let Ok(candidate) = serde_json::from_slice::<PreVote>(&body) else {
+        return (StatusCode::BAD_REQUEST, "undecodable pre-vote").into_response();
+    };
+    let granted = !node.is_leader()
+        && silence >= node.election_timing.lease
+        && (candidate.last_log_term, candidate.last_log_index) >= node.last_log().await;
+    if granted {
+        *node
+            .prevote_granted_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+    Json(json!({ "granted": granted })).into_response()
+}
