@@ -42,6 +42,7 @@ async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leade
 
     let (stop, stopped) = watch::channel(false);
     let renewals = Arc::new(Mutex::new(0u32));
+    let (renewed, mut renewed_rx) = watch::channel(());
     let renewer = {
         let (locks, t, renewals, mut stopped) =
             (locks.clone(), t.clone(), renewals.clone(), stopped);
@@ -62,12 +63,18 @@ async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leade
                     );
                 }
                 *renewals.lock().unwrap() += 1;
+                renewed.send_replace(());
             }
         })
     };
 
     for round in 0..3 {
         let leader = lead_elsewhere(&cluster, follower).await?;
+        // Kill the leader 200 ms before the next renewal is due, so that renewal reaches the
+        // follower inside the failover (which takes at least lease + timeout = 625 ms).
+        renewed_rx.borrow_and_update();
+        renewed_rx.changed().await?;
+        tokio::time::sleep(Duration::from_millis(1800)).await;
         cluster.kill(leader);
         let before = *renewals.lock().unwrap();
         // Two renewals through the new leader, so the next kill falls on a settled cluster.
@@ -77,7 +84,9 @@ async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leade
             || async { (*renewals.lock().unwrap() >= before + 2).then_some(()) },
         )
         .await
-        .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("round {round}: {e} (the renewer stops at its first failed renewal)")
+        })?;
         cluster.restart(leader)?;
         cluster.wait_for_leader(Duration::from_secs(10)).await?;
     }
