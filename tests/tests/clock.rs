@@ -236,3 +236,59 @@ async fn a_cold_start_leader_with_a_fast_clock_does_not_end_leases_early() -> Re
     );
     Ok(())
 }
+
+/// A follower restarted on a wall clock stepped 60 s ahead while it was down carries its
+/// restart hint 60 s ahead. The first entry it sees from the running leader must replace that
+/// hint: the node then knows its clock is off (offset ≈ +60 s, so it may not lead), and even
+/// when asked to lead, cluster time — every new `expires_at` — stays true.
+#[tokio::test]
+async fn a_follower_restarted_on_a_stepped_clock_does_not_move_cluster_time() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut cluster = Cluster::start(3).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let follower = cluster.other_than(&[leader]);
+    let hint = cluster.data_dir(follower).join("clock_hint");
+    eventually(Duration::from_secs(10), "a clock hint", || async {
+        hint.exists().then_some(())
+    })
+    .await?;
+    cluster.kill(follower);
+    let fast = Skew::new(dir.path().join("fast"), 60_000)?;
+    cluster.restart_with_env(follower, &[], fast.env())?;
+    let offset = eventually(Duration::from_secs(10), "the skew to show", || async {
+        cluster
+            .metric(follower, "raftlock_clock_offset_seconds")
+            .await
+            .filter(|o| o.abs() > 1.0)
+    })
+    .await?;
+    println!("restarted follower: raftlock_clock_offset_seconds {offset:.1}");
+    assert!(offset > 30.0, "it knows its clock is ahead: {offset}");
+    // Asked to lead, it refuses (its clock is unfit); whoever leads, cluster time stays true.
+    let moved = cluster
+        .admin_post(
+            leader,
+            "/admin/v1/cluster/leader",
+            serde_json::json!({ "node_id": follower }),
+        )
+        .await?;
+    println!("move leader to the skewed node: {}", moved.status());
+    assert_ne!(
+        moved.status(),
+        200,
+        "a node whose clock is 60 s off does not take leadership"
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    let sent = now();
+    let a = locks.acquire("after-restart", &token(), 30).await?;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let expires = parse_time(a.body["expires_at"].as_str().context("expires_at")?)?;
+    assert!(
+        (expires - (sent + 30.0)).abs() < 3.0,
+        "expires_at {:.1} s from true time + TTL (leader {leader})",
+        expires - (sent + 30.0)
+    );
+    Ok(())
+}
