@@ -718,6 +718,8 @@ pub struct Summary {
     pub worst_recovery: (Duration, String),
     pub worst_gap: (Duration, String),
     pub worst_failover: Duration,
+    /// Per fault kind: the worst of each unavailability measure (issue 13).
+    pub per_kind: BTreeMap<String, KindUnavailability>,
     pub no_quorum_calls: usize,
     pub slowest_503: Duration,
     pub lin_epochs: usize,
@@ -725,6 +727,24 @@ pub struct Summary {
     pub lin_inconclusive: usize,
     pub probes_checked: usize,
     pub proxy: String,
+}
+
+/// The worst unavailability one kind of fault caused.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KindUnavailability {
+    /// Longest gap without a successful operation that ended after such a fault began
+    /// (gaps overlapping a no-quorum fault excluded).
+    pub gap: Duration,
+    /// Heal → every node served a write.
+    pub recovery: Duration,
+    /// Leader lost → another node names a new leader.
+    pub failover: Duration,
+}
+
+impl Summary {
+    fn kind_mut(&mut self, kind: Kind) -> &mut KindUnavailability {
+        self.per_kind.entry(format!("{kind:?}")).or_default()
+    }
 }
 
 impl fmt::Display for Summary {
@@ -757,6 +777,27 @@ impl fmt::Display for Summary {
         )?;
         writeln!(f, "worst unavailability: heal→every node serving {:.2?} ({}); longest gap without a successful operation outside no-quorum faults {:.2?} ({}); slowest leader failover {:.2?}",
             self.worst_recovery.0, self.worst_recovery.1, self.worst_gap.0, self.worst_gap.1, self.worst_failover)?;
+        writeln!(
+            f,
+            "  {:<18} {:>9} {:>9} {:>9}",
+            "per fault kind", "gap", "heal→all", "failover"
+        )?;
+        let ms = |d: Duration| {
+            if d.is_zero() {
+                "-".to_string()
+            } else {
+                format!("{:.2}s", d.as_secs_f64())
+            }
+        };
+        for (k, u) in &self.per_kind {
+            writeln!(
+                f,
+                "  {k:<18} {:>9} {:>9} {:>9}",
+                ms(u.gap),
+                ms(u.recovery),
+                ms(u.failover)
+            )?;
+        }
         writeln!(f, "proxy: {}", self.proxy)?;
         writeln!(f, "violations: {}", self.violations.len())?;
         for v in self.violations.iter().take(30) {
@@ -833,7 +874,7 @@ impl Driver {
     }
 
     /// Waits until some running node other than `old` reports a leader other than `old`.
-    async fn time_failover(&mut self, old: u64, since: Instant) {
+    async fn time_failover(&mut self, old: u64, since: Instant, kind: Kind) {
         let c = &self.cluster;
         let r = eventually(Duration::from_secs(20), "a new leader", || async {
             for id in c
@@ -851,7 +892,10 @@ impl Driver {
         .await;
         match r {
             Ok(()) => {
-                self.summary.worst_failover = self.summary.worst_failover.max(since.elapsed())
+                let took = since.elapsed();
+                self.summary.worst_failover = self.summary.worst_failover.max(took);
+                let per_kind = self.summary.kind_mut(kind);
+                per_kind.failover = per_kind.failover.max(took);
             }
             Err(e) => self
                 .sh
@@ -1036,10 +1080,14 @@ impl Driver {
                         Some(a) if self.sh.clock.now() >= valid_until => {
                             let _ = a;
                         }
-                        Some(a) => self.sh.violation(format!(
-                            "durability: {key} acknowledged with fencing {fencing}, now reads {:?}",
-                            a.body
-                        )),
+                        Some(a) => {
+                            let diag = self.time_diag().await;
+                            self.sh.violation(format!(
+                                "durability: {key} acknowledged with fencing {fencing}, now reads {:?} ({:.1}s before its valid_until; {diag})",
+                                a.body,
+                                (valid_until - now) as f64 / 1e6
+                            ))
+                        }
                         None => self.sh.violation(format!(
                             "liveness: no definite read of {key} within {LIVENESS_BOUND:?}"
                         )),
@@ -1098,6 +1146,23 @@ impl Driver {
         }
     }
 
+    /// For a violation report: how far cluster time (a fresh 120 s lease's `expires_at`
+    /// minus 120 s) is from the true clock now, so a time jump tells itself from a lost write.
+    async fn time_diag(&self) -> String {
+        let api = self.sh.apis[0].clone();
+        let t = token();
+        let now = self.sh.clock.now();
+        match api.acquire("diag-time", &t, 120).await {
+            Ok(a) if a.status == 200 => {
+                let _ = api.release("diag-time", &t).await;
+                let exp = rfc3339_ns(&a.body["expires_at"]).unwrap_or(0);
+                let ahead = self.sh.clock.server_time(exp) - 120_000_000 - now;
+                format!("cluster time − true time ≈ {:.1}s", ahead as f64 / 1e6)
+            }
+            other => format!("time diagnostic failed: {other:?}"),
+        }
+    }
+
     /// After a heal: time until every node has served a write again.
     async fn measure_recovery(&mut self, healed: Instant, cycle: usize, kind: Kind) {
         for id in self.ids() {
@@ -1120,6 +1185,8 @@ impl Driver {
             }
         }
         let took = healed.elapsed();
+        let per_kind = self.summary.kind_mut(kind);
+        per_kind.recovery = per_kind.recovery.max(took);
         if took > self.summary.worst_recovery.0 {
             self.summary.worst_recovery = (took, format!("after {kind:?}, cycle {cycle}"));
         }
@@ -1244,7 +1311,7 @@ impl Driver {
                 let killed = Instant::now();
                 if victim == leader {
                     self.summary.leader_kills += 1;
-                    self.time_failover(leader, killed).await;
+                    self.time_failover(leader, killed, kind).await;
                 }
                 tokio::time::sleep(Duration::from_millis(down).saturating_sub(killed.elapsed()))
                     .await;
@@ -1290,7 +1357,7 @@ impl Driver {
                     );
                     self.proxy().partition(&side, &rest, rule);
                     if side.contains(&leader) {
-                        self.time_failover(leader, Instant::now()).await;
+                        self.time_failover(leader, Instant::now(), kind).await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(hold)).await;
@@ -1546,6 +1613,10 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
             continue;
         }
         let took = Duration::from_micros((gap.1 - gap.0) as u64);
+        if let Some(w) = d.windows.iter().rfind(|w| w.1 <= gap.1) {
+            let per_kind = d.summary.kind_mut(w.0);
+            per_kind.gap = per_kind.gap.max(took);
+        }
         if took > d.summary.worst_gap.0 {
             let during = d.windows.iter().rfind(|w| w.1 <= gap.1).map_or(
                 "before any fault".to_string(),
