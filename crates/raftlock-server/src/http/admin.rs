@@ -24,8 +24,22 @@ use crate::node::{Node, SharedNode};
 
 const D: Dialect = Dialect::Locks;
 
-/// How long adding a learner waits for it to catch up before answering 202.
-const LEARNER_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a membership call waits before answering 202 "still in progress": inside the
+/// request's one deadline (the commit timeout, see `forward`), so a call through a follower
+/// gets the leader's honest answer instead of a 503 from the follower.
+fn membership_bound(node: &Node) -> std::time::Duration {
+    node.config.commit_timeout * 3 / 4
+}
+
+/// 202 with the current view: the change was accepted and may still complete.
+fn in_progress(node: &Node, what: &str) -> Response {
+    let mut view = cluster_view(node);
+    view["status"] = json!("in_progress");
+    view["message"] = json!(format!(
+        "{what} is still in progress; GET /admin/v1/cluster shows when it completes"
+    ));
+    (StatusCode::ACCEPTED, Json(view)).into_response()
+}
 
 /// Routes that must be decided by the leader (forwarded by followers).
 pub fn leader_routes() -> Router<SharedNode> {
@@ -242,7 +256,7 @@ async fn add_learner(
     // voter change right after this call does not count an empty node.
     let caught_up = node
         .raft
-        .wait(Some(LEARNER_CATCH_UP))
+        .wait(Some(membership_bound(&node)))
         .metrics(
             |m| {
                 let matched = m
@@ -282,11 +296,16 @@ async fn change_voters(
     if voters.is_empty() {
         return Err(ApiError::bad_request(D, "voters must not be empty"));
     }
-    node.raft
-        .change_membership(ChangeMembers::ReplaceAllVoters(voters), true)
-        .await
-        .map_err(membership_error)?;
-    Ok(Json(cluster_view(&node)).into_response())
+    let change = node
+        .raft
+        .change_membership(ChangeMembers::ReplaceAllVoters(voters), true);
+    match tokio::time::timeout(membership_bound(&node), change).await {
+        Ok(result) => {
+            result.map_err(membership_error)?;
+            Ok(Json(cluster_view(&node)).into_response())
+        }
+        Err(_) => Ok(in_progress(&node, "the voter change")),
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -312,6 +331,15 @@ async fn move_leader(
         return Ok(Json(cluster_view(&node)).into_response());
     }
     match hand_off(&node, node_id, MOVE_LEADER_BOUND).await {
+        Ok(leader) if node_id.is_some_and(|wanted| wanted != leader) => Err(ApiError::new(
+            D,
+            StatusCode::CONFLICT,
+            format!(
+                "node {} did not take leadership (is its clock off? see clock_offset_ms); node {leader} leads now",
+                node_id.unwrap_or_default()
+            ),
+        )
+        .with_code("leader_not_moved")),
         Ok(_) => Ok(Json(cluster_view(&node)).into_response()),
         Err(e @ (HandOffError::NotAVoter(_) | HandOffError::NoCandidate)) => {
             Err(ApiError::bad_request(D, e.to_string()))
@@ -335,19 +363,29 @@ async fn remove_node(
         .membership()
         .voter_ids()
         .any(|v| v == id);
-    if is_voter {
-        let remove = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
-        node.raft
-            .change_membership(remove, true)
-            .await
-            .map_err(membership_error)?;
+    // Two changes in a row: run them on their own task, so both happen even when this call
+    // answers "in progress" first.
+    let removal = tokio::spawn({
+        let node = node.clone();
+        async move {
+            if is_voter {
+                let remove = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
+                node.raft.change_membership(remove, true).await?;
+            }
+            let drop = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+            node.raft.change_membership(drop, false).await.map(|_| ())
+        }
+    });
+    match tokio::time::timeout(membership_bound(&node), removal).await {
+        Ok(Ok(Ok(()))) => Ok(Json(cluster_view(&node)).into_response()),
+        Ok(Ok(Err(e))) => Err(membership_error(e)),
+        Ok(Err(e)) => Err(ApiError::new(
+            D,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("removal task failed: {e}"),
+        )),
+        Err(_) => Ok(in_progress(&node, "the removal")),
     }
-    let drop = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-    node.raft
-        .change_membership(drop, false)
-        .await
-        .map_err(membership_error)?;
-    Ok(Json(cluster_view(&node)).into_response())
 }
 
 async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<Response, ApiError> {
