@@ -207,6 +207,11 @@ pub enum WaitState {
 
 /// Longest queue on one lock.
 pub const MAX_WAITERS_PER_LOCK: usize = 10_000;
+/// Most blocking acquires one lease may have queued at once: one process rarely needs more
+/// than a handful, and each queued wait is replicated state (docs/operations.md, *Budgets*).
+pub const MAX_WAITERS_PER_LEASE: usize = 64;
+/// Most blocking acquires queued in one namespace at once, over all its locks.
+pub const MAX_WAITERS_PER_NAMESPACE: usize = 10_000;
 
 /// One namespace and everything inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -551,6 +556,18 @@ impl Namespace {
         metadata: BTreeMap<String, String>,
         spec: &WaitSpec,
     ) -> Result<()> {
+        let lease_waits = self.leases.get(lease_id).map_or(0, |l| l.waiting.len());
+        if lease_waits >= MAX_WAITERS_PER_LEASE {
+            return Err(CoreError::ResourceExhausted(format!(
+                "this lease already has {MAX_WAITERS_PER_LEASE} blocking acquires waiting"
+            )));
+        }
+        let namespace_waits: usize = self.waiters.values().map(VecDeque::len).sum();
+        if namespace_waits >= MAX_WAITERS_PER_NAMESPACE {
+            return Err(CoreError::ResourceExhausted(format!(
+                "this namespace already has {MAX_WAITERS_PER_NAMESPACE} blocking acquires waiting"
+            )));
+        }
         let queue = self.waiters.entry(name.to_string()).or_default();
         if queue.len() >= MAX_WAITERS_PER_LOCK {
             if queue.is_empty() {

@@ -302,3 +302,48 @@ fn a_cancel_touches_only_the_callers_own_waiter_and_a_refused_one_changes_nothin
     assert_eq!(h, before, "nothing changed");
     h.check_invariants().unwrap();
 }
+
+#[test]
+fn a_lease_may_queue_at_most_its_budget_of_blocking_acquires() {
+    use raftlock_core::hierarchy::MAX_WAITERS_PER_LEASE;
+    let mut h = setup(&["holder", "greedy", "other"]);
+    let n = MAX_WAITERS_PER_LEASE;
+    for i in 0..=n {
+        acq(&mut h, "holder", &format!("l{i}"), true, s(1), None);
+    }
+    for i in 0..n {
+        let w = wait(&format!("w{i}"), s(100));
+        let r = acq(&mut h, "greedy", &format!("l{i}"), true, s(2), Some(&w));
+        assert_eq!(r.outcome, AcquireOutcome::Unavailable);
+    }
+    let before = h.clone();
+    let over = wait("one-too-many", s(100));
+    let refused = h.acquire(
+        P,
+        NS,
+        &format!("l{n}"),
+        true,
+        "greedy",
+        BTreeMap::new(),
+        s(2),
+        Some(&over),
+    );
+    assert!(
+        matches!(refused, Err(CoreError::ResourceExhausted(_))),
+        "{refused:?}"
+    );
+    assert_eq!(h, before, "a refused wait changes nothing");
+    // Another lease still queues; a waiter that leaves frees a place.
+    let w = wait("fine", s(100));
+    assert_eq!(
+        acq(&mut h, "other", &format!("l{n}"), true, s(2), Some(&w)).outcome,
+        AcquireOutcome::Unavailable
+    );
+    h.release(P, NS, "l0", "holder", s(3)).unwrap();
+    assert_eq!(
+        state(&h, "greedy", "l0", true, "w0", s(3)),
+        WaitState::Granted
+    );
+    let again = acq(&mut h, "greedy", &format!("l{n}"), true, s(3), Some(&over));
+    assert_eq!(again.outcome, AcquireOutcome::Unavailable);
+}
