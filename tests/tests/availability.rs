@@ -464,3 +464,71 @@ async fn caught_up(cluster: &Cluster, id: u64) -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+/// The Rust SDK's `with_lock` and the CLI's `lock run`, both talking to one follower only,
+/// hold a 6 s lock through three leader kills without losing it.
+#[tokio::test]
+async fn sdk_with_lock_and_cli_lock_run_keep_their_locks_through_three_leader_kills(
+) -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let client = Client::new([cluster.addr(follower)], key.clone())?;
+    let (done, mut finish) = watch::channel(false);
+    let sdk = tokio::spawn(async move {
+        client
+            .with_lock("sdk-job", Duration::from_secs(6), |guard| async move {
+                tokio::select! {
+                    _ = guard.cancelled() => Err(format!("lock lost: {:?}", guard.loss_reason())),
+                    _ = finish.wait_for(|d| *d) => Ok(guard.fencing_token()),
+                }
+            })
+            .await
+    });
+    let mut cli = tokio::process::Command::new(raftlock_tests::binary())
+        .env("RAFTLOCK_ENDPOINTS", cluster.addr(follower))
+        .env("RAFTLOCK_KEY", &key)
+        .env_remove("RAFTLOCK_PLATFORM_TOKEN")
+        .args(["lock", "run", "cli-job", "--ttl", "6", "--", "sleep", "30"])
+        .kill_on_drop(true)
+        .spawn()?;
+    let observer = Locks::new(&cluster, follower, &key);
+    eventually(Duration::from_secs(10), "both locks held", || async {
+        let sdk = observer.read("sdk-job").await.ok()?.body["held"] == true;
+        let cli = observer.read("cli-job").await.ok()?.body["held"] == true;
+        (sdk && cli).then_some(())
+    })
+    .await?;
+
+    for _ in 0..3 {
+        let leader = lead_elsewhere(&cluster, follower).await?;
+        cluster.kill(leader);
+        // Renewals (every ~2 s) go through the follower during and after the failover.
+        let killed = Instant::now();
+        eventually(
+            Duration::from_secs(10),
+            "a leader and 2.5 s of renewals",
+            || async {
+                let serving = observer.read("sdk-job").await.ok()?.status == 200;
+                (serving && killed.elapsed() > Duration::from_millis(2500)).then_some(())
+            },
+        )
+        .await?;
+        cluster.restart(leader)?;
+        caught_up(&cluster, leader).await?;
+    }
+    assert!(
+        cli.try_wait()?.is_none(),
+        "lock run ended early (lock lost)"
+    );
+    done.send(true)?;
+    match sdk.await?? {
+        raftlock_client::WithLock::Completed(Ok(_)) => {}
+        other => panic!("with_lock: {other:?}"),
+    }
+    // The CLI's command is still running under its lock: stop it.
+    cli.start_kill()?;
+    cli.wait().await?;
+    Ok(())
+}

@@ -86,7 +86,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Timeout of one HTTP attempt (default 10 s).
+    /// Timeout of one HTTP attempt (default 3 s: every node answers within its commit
+    /// timeout, 2 s by default, even while the leader changes; a node that does not is itself
+    /// stuck, and the next endpoint is tried).
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = d;
         self
@@ -234,7 +236,7 @@ impl Client {
         ClientBuilder {
             endpoints: Vec::new(),
             token: String::new(),
-            request_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(2),
             failover_budget: Duration::from_secs(10),
         }
