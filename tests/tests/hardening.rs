@@ -136,3 +136,54 @@ async fn ten_thousand_invalid_requests_add_no_log_entry() -> Result<()> {
     }
     Ok(())
 }
+
+/// Compaction by size: with an entry-count threshold far away, a log that grows past
+/// `--snapshot-bytes` still gets a snapshot (so its segments can be purged).
+#[tokio::test]
+async fn a_log_grown_past_snapshot_bytes_is_snapshotted() -> Result<()> {
+    let cluster = Cluster::start_with(
+        1,
+        &["--snapshot-logs", "1000000", "--snapshot-bytes", "1048576"],
+    )
+    .await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    assert_eq!(
+        locks
+            .rpc("CreateNamespace", json!({ "name": "big" }))
+            .await?
+            .status,
+        200
+    );
+    // ~11 KB of metadata per update (the most a namespace may carry), 300 updates: ~3 MB.
+    let metadata: serde_json::Map<String, Value> = (0..32)
+        .map(|i| (format!("{i:0>100}"), Value::String("v".repeat(250))))
+        .collect();
+    for _ in 0..300 {
+        let r = locks
+            .rpc(
+                "UpdateNamespace",
+                json!({ "name": "big", "description": "d", "metadata": metadata }),
+            )
+            .await?;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    let built = raftlock_tests::eventually(Duration::from_secs(15), "a snapshot", || async {
+        cluster
+            .metric(leader, "raftlock_snapshots_by_size_total")
+            .await
+            .filter(|n| *n >= 1.0)
+    })
+    .await?;
+    println!("snapshots asked for by size: {built}");
+    raftlock_tests::eventually(Duration::from_secs(15), "the snapshot file", || async {
+        cluster
+            .data_dir(leader)
+            .join("snapshot")
+            .exists()
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}

@@ -48,6 +48,8 @@ struct Inner {
     wal: Mutex<Wal>,
     /// The last vote saved.
     vote: Mutex<Option<Vote>>,
+    /// Bytes written to the WAL by this process (for compaction by size).
+    written: std::sync::atomic::AtomicU64,
     /// Holds the data directory's lock file open (and locked) for as long as the store lives.
     _dir_lock: Option<File>,
 }
@@ -71,6 +73,7 @@ impl LogStore {
                 mem: RwLock::new(contents),
                 wal: Mutex::new(wal),
                 vote: Mutex::new(vote),
+                written: std::sync::atomic::AtomicU64::new(0),
                 _dir_lock: dir_lock,
             }),
         })
@@ -89,10 +92,21 @@ impl LogStore {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut wal = inner.wal.lock().unwrap_or_else(|p| p.into_inner());
-            wal.write(&frame)
+            wal.write(&frame)?;
+            inner
+                .written
+                .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         })
         .await
         .map_err(|e| StoreError::io("write-ahead log", std::io::Error::other(e)))?
+    }
+
+    /// Bytes this process has written to the WAL so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.inner
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The number of WAL segment files (for tests of segment rotation and deletion).

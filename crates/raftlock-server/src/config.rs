@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Build a snapshot (and compact the log) after this many entries.
     #[arg(long, env = "RAFTLOCK_SNAPSHOT_LOGS")]
     pub snapshot_logs: Option<u64>,
+    /// Also build one once this many bytes were written to the log since the last (entries
+    /// can be large: a count alone does not bound the disk).
+    #[arg(long, env = "RAFTLOCK_SNAPSHOT_BYTES")]
+    pub snapshot_bytes: Option<u64>,
     /// `text` or `json`.
     #[arg(long, env = "RAFTLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -88,6 +92,8 @@ pub struct Config {
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub snapshot_logs: u64,
+    /// See [`ServeArgs::snapshot_bytes`].
+    pub snapshot_bytes: u64,
     pub log_format: String,
     pub log: String,
     /// See [`ServeArgs::max_clock_offset_ms`].
@@ -145,6 +151,7 @@ impl ServeArgs {
             heartbeat_ms: self.heartbeat_ms.or(other.heartbeat_ms),
             election_timeout_ms: self.election_timeout_ms.or(other.election_timeout_ms),
             snapshot_logs: self.snapshot_logs.or(other.snapshot_logs),
+            snapshot_bytes: self.snapshot_bytes.or(other.snapshot_bytes),
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
@@ -199,6 +206,7 @@ impl ServeArgs {
             heartbeat: Duration::from_millis(a.heartbeat_ms.unwrap_or(100)),
             election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(250)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
+            snapshot_bytes: a.snapshot_bytes.unwrap_or(64 << 20),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),

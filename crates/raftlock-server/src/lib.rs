@@ -51,6 +51,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
     node.spawn_ticker();
+    node.spawn_compactor();
     shutdown_signal().await;
     step_down(&node).await;
     // Stop accepting; open connections finish what they carry (a request that arrives now

@@ -331,6 +331,45 @@ impl Node {
             .admit(bucket, limit, now)
     }
 
+    /// Compaction by size: openraft snapshots after `--snapshot-logs` entries, but entries can
+    /// be large (up to a few MB each), so a count alone does not bound the disk. Once
+    /// `--snapshot-bytes` were written to this node's log since its last snapshot, this asks
+    /// for one; the snapshot lets the log be purged (whole WAL segments are deleted).
+    pub fn spawn_compactor(self: &Arc<Self>) {
+        let node = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_snapshot = node.raft.metrics().borrow().snapshot;
+            let mut mark = node.log.bytes_written();
+            loop {
+                interval.tick().await;
+                if node.is_stopping() {
+                    return;
+                }
+                let snapshot = node.raft.metrics().borrow().snapshot;
+                let written = node.log.bytes_written();
+                if snapshot != last_snapshot {
+                    last_snapshot = snapshot;
+                    mark = written;
+                }
+                if written.saturating_sub(mark) < node.config.snapshot_bytes {
+                    continue;
+                }
+                tracing::info!(
+                    bytes = written - mark,
+                    "log grew past --snapshot-bytes since the last snapshot: building one"
+                );
+                metrics::counter!("raftlock_snapshots_by_size_total").increment(1);
+                // Counted from now, so a slow build is not asked for again every second.
+                mark = written;
+                if let Err(e) = node.raft.trigger().snapshot().await {
+                    tracing::warn!(error = %e, "cannot trigger a snapshot");
+                }
+            }
+        });
+    }
+
     /// Proposes a tick every `tick` while leader, so leases expire without client traffic.
     pub fn spawn_ticker(self: &Arc<Self>) {
         let node = Arc::clone(self);
