@@ -246,6 +246,15 @@ impl Load {
         Ok((errors, worst, cycles))
     }
 
+    /// Waits until the load has run for `at_least` since `since` with more than 50
+    /// successful writes in that time.
+    async fn running(&self, since: Instant, at_least: Duration) -> anyhow::Result<()> {
+        eventually(Duration::from_secs(10), "load running", || async {
+            (since.elapsed() >= at_least && self.successes_since(since).await > 50).then_some(())
+        })
+        .await
+    }
+
     async fn successes_since(&self, t: Instant) -> usize {
         self.successes
             .lock()
@@ -280,12 +289,7 @@ async fn sigterm_hand_off(voters: u64, max_gap: Duration) -> anyhow::Result<()> 
     let load = Load::start(&cluster, &key, 6)?;
     // A running cluster, not one just elected: a leader hands off at once only after its
     // own leader lease (375 ms from its election) has passed (docs/operations.md).
-    let warm = Instant::now();
-    eventually(Duration::from_secs(10), "load running for 1 s", || async {
-        (warm.elapsed() > Duration::from_secs(1) && load.successes_since(warm).await > 50)
-            .then_some(())
-    })
-    .await?;
+    load.running(Instant::now(), Duration::from_secs(1)).await?;
 
     let stopped_at = Instant::now();
     cluster.terminate(leader)?;
@@ -295,13 +299,7 @@ async fn sigterm_hand_off(voters: u64, max_gap: Duration) -> anyhow::Result<()> 
     );
     let new_leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
     assert_ne!(new_leader, leader);
-    let after = Instant::now();
-    eventually(
-        Duration::from_secs(10),
-        "load running after the stop",
-        || async { (load.successes_since(after).await > 50).then_some(()) },
-    )
-    .await?;
+    load.running(Instant::now(), Duration::ZERO).await?;
     let (errors, worst_gap, cycles) = load.finish(stopped_at).await?;
     println!("{voters} voters, {cycles} cycles; worst gap with no write anywhere: {worst_gap:?}");
     assert!(errors.is_empty(), "client errors: {errors:#?}");
@@ -349,11 +347,7 @@ async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<
     cluster.wait_for_leader(Duration::from_secs(5)).await?;
     let load = Load::start(&cluster, &key, 6)?;
     let began = Instant::now();
-    eventually(Duration::from_secs(10), "load running for 1 s", || async {
-        (began.elapsed() > Duration::from_secs(1) && load.successes_since(began).await > 50)
-            .then_some(())
-    })
-    .await?;
+    load.running(began, Duration::from_secs(1)).await?;
     for _ in 0..2 {
         for id in cluster.ids() {
             let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;

@@ -96,8 +96,6 @@ pub struct NodeClock {
     stall: Duration,
     /// The data directory, for the restart hint.
     dir: Arc<dyn Dir>,
-    /// Set when the node is stopping: the guard no longer switches elections back on.
-    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl NodeClock {
@@ -125,7 +123,6 @@ impl NodeClock {
             last_progress: Mutex::new(Instant::now()),
             stall: UNFIT_GRACE.max(2 * tick),
             dir,
-            stopping: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -152,12 +149,6 @@ impl NodeClock {
         if let Ok(Err(e)) = saved {
             tracing::warn!(error = %e, "cannot save the clock hint");
         }
-    }
-
-    /// The node is stopping: its elections stay off whatever the clock says.
-    pub fn stop_guard(&self) {
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn mono(&self) -> Nanos {
@@ -272,9 +263,6 @@ async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
             metrics::gauge!("raftlock_clock_offset_seconds").set(offset as f64 / 1e9);
         }
         let fit = clock.may_campaign(applied_time(&state));
-        if clock.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            continue;
-        }
         if fit != electing {
             // The election driver (crate::election) asks `may_campaign` before each election.
             electing = fit;

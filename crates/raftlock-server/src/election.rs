@@ -163,22 +163,13 @@ async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
 }
 
 async fn ask(node: &SharedNode, addr: &str, body: &PreVote) -> bool {
-    let mut req = node
-        .forward_client
-        .post(format!("http://{addr}{PREVOTE_PATH}"))
-        .timeout(PREVOTE_TIMEOUT)
-        .json(body)
-        .header(
-            raftlock_raft::CLUSTER_SECRET_HEADER,
-            node.config.cluster_secret.as_str(),
+    let req = node
+        .peer_request(
+            reqwest::Method::POST,
+            &format!("http://{addr}{PREVOTE_PATH}"),
         )
-        .header(
-            raftlock_raft::SOURCE_HEADER,
-            node.config.node_id.to_string(),
-        );
-    if let Some(id) = node.identity.get() {
-        req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
-    }
+        .timeout(PREVOTE_TIMEOUT)
+        .json(body);
     let Ok(resp) = req.send().await else {
         return false;
     };
@@ -200,12 +191,8 @@ pub async fn answer_prevote(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !auth::cluster_secret_ok(&node, &headers) {
-        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
-    }
-    let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
-    if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
-        return (StatusCode::CONFLICT, refusal.to_string()).into_response();
+    if let Err(refusal) = auth::admit_peer(&node, &headers) {
+        return refusal.into_response();
     }
     let silence = node
         .contact

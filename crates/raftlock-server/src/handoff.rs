@@ -193,21 +193,12 @@ async fn wait_caught_up(
 /// One campaign request to the node at `addr`; failures are only logged (the caller asks
 /// again until leadership moves or its deadline passes).
 async fn ask_to_campaign(node: &SharedNode, addr: &str) {
-    let mut req = node
-        .forward_client
-        .post(format!("http://{addr}{CAMPAIGN_PATH}"))
-        .timeout(Duration::from_millis(500))
-        .header(
-            raftlock_raft::CLUSTER_SECRET_HEADER,
-            node.config.cluster_secret.as_str(),
+    let req = node
+        .peer_request(
+            reqwest::Method::POST,
+            &format!("http://{addr}{CAMPAIGN_PATH}"),
         )
-        .header(
-            raftlock_raft::SOURCE_HEADER,
-            node.config.node_id.to_string(),
-        );
-    if let Some(id) = node.identity.get() {
-        req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
-    }
+        .timeout(Duration::from_millis(500));
     match req.send().await {
         Ok(resp) if resp.status().is_success() => {}
         Ok(resp) => tracing::debug!(status = %resp.status(), "campaign request refused"),
@@ -218,12 +209,8 @@ async fn ask_to_campaign(node: &SharedNode, addr: &str) {
 /// `POST /internal/leader/campaign`: start an election now, unless this node's clock is
 /// unfit to lead (the same rule that switches its elections off, see [`crate::clock`]).
 pub async fn campaign(State(node): State<SharedNode>, headers: HeaderMap) -> Response {
-    if !auth::cluster_secret_ok(&node, &headers) {
-        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
-    }
-    let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
-    if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
-        return (StatusCode::CONFLICT, refusal.to_string()).into_response();
+    if let Err(refusal) = auth::admit_peer(&node, &headers) {
+        return refusal.into_response();
     }
     if !node.may_campaign() {
         return (StatusCode::CONFLICT, "clock unfit to lead").into_response();

@@ -227,12 +227,6 @@ impl Node {
             .is_some_and(|(id, _)| id == self.config.node_id)
     }
 
-    /// Waits up to the commit timeout for some leader to be known.
-    pub async fn wait_for_leader(&self) -> Option<(u64, String)> {
-        self.wait_for_leader_until(tokio::time::Instant::now() + self.config.commit_timeout)
-            .await
-    }
-
     /// Waits until `deadline` for some leader to be known.
     pub async fn wait_for_leader_until(
         &self,
@@ -269,10 +263,30 @@ impl Node {
         }
     }
 
-    /// Marks the node as stopping: it never campaigns again and long waits answer now.
+    /// A request to a peer at `url`, carrying the node-to-node credentials: the cluster
+    /// secret, the cluster id once known, and this node's id (so a per-link fault proxy sees
+    /// which link a request travels on; never trusted for authorization).
+    pub fn peer_request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let req = self
+            .forward_client
+            .request(method, url)
+            .header(
+                raftlock_raft::CLUSTER_SECRET_HEADER,
+                self.config.cluster_secret.as_str(),
+            )
+            .header(
+                raftlock_raft::SOURCE_HEADER,
+                self.config.node_id.to_string(),
+            );
+        match self.identity.get() {
+            Some(id) => req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string()),
+            None => req,
+        }
+    }
+
+    /// Marks the node as stopping: it never campaigns again (the election driver and
+    /// [`Node::may_campaign`] check this) and long waits answer now.
     pub fn begin_stop(&self) {
-        self.raft.runtime_config().elect(false);
-        self.clock.stop_guard();
         self.stopping.send_replace(true);
     }
 

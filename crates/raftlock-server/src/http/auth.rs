@@ -150,11 +150,40 @@ pub fn platform(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// Checks the cluster secret on node-to-node requests (forwarded client calls).
-pub fn cluster_secret_ok(node: &Node, headers: &HeaderMap) -> bool {
-    headers
+/// Why a node-to-node request (a forwarded client call, a campaign or pre-vote request) was
+/// refused.
+#[derive(Debug)]
+pub enum PeerRefusal {
+    /// No or a wrong cluster secret: 401.
+    Secret,
+    /// Another cluster's id, or none where one is required: 409 (see `raftlock_raft::identity`).
+    Cluster(String),
+}
+
+impl axum::response::IntoResponse for PeerRefusal {
+    fn into_response(self) -> axum::response::Response {
+        match self {
+            PeerRefusal::Secret => {
+                (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response()
+            }
+            PeerRefusal::Cluster(why) => (StatusCode::CONFLICT, why).into_response(),
+        }
+    }
+}
+
+/// Admits a node-to-node request: the cluster secret (compared in constant time), then the
+/// cluster id.
+pub fn admit_peer(node: &Node, headers: &HeaderMap) -> Result<(), PeerRefusal> {
+    let secret_ok = headers
         .get(raftlock_raft::CLUSTER_SECRET_HEADER)
-        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(node.config.cluster_secret.as_bytes())))
+        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(node.config.cluster_secret.as_bytes())));
+    if !secret_ok {
+        return Err(PeerRefusal::Secret);
+    }
+    let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
+    node.identity
+        .admit(presented.map(|v| v.as_bytes()))
+        .map_err(|refusal| PeerRefusal::Cluster(refusal.to_string()))
 }
 
 #[cfg(test)]

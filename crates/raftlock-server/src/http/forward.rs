@@ -104,9 +104,8 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         Ok(body) => body,
         Err(e) => return e.into_response(),
     };
-    let wait = WaitContext::for_request(&node, &parts, &body, hops);
-    let call = Call::new(&node, &parts, body, hops + 1, &wait, arrived, dialect);
-    parts.extensions.insert(wait);
+    let call = Call::new(&node, &parts, body, hops, arrived, dialect);
+    parts.extensions.insert(call.wait.clone());
     let mut resp = route(&node, &call, leader, parts, next).await;
     if hops > 0 && resp.extensions().get::<NotProposed>().is_some() {
         // Tell the forwarding peer it may send this request on to the new leader.
@@ -200,21 +199,14 @@ fn forwarded_hops(node: &SharedNode, req: &Request, dialect: Dialect) -> Result<
     let Some(v) = req.headers().get(HOPS_HEADER) else {
         return Ok(0);
     };
-    if !auth::cluster_secret_ok(node, req.headers()) {
-        return Err(ApiError::new(
+    auth::admit_peer(node, req.headers()).map_err(|refusal| match refusal {
+        auth::PeerRefusal::Secret => ApiError::new(
             dialect,
             StatusCode::UNAUTHORIZED,
             "forwarded request without cluster secret",
-        ));
-    }
-    let presented = req.headers().get(raftlock_raft::CLUSTER_ID_HEADER);
-    if let Err(refusal) = node.identity.admit(presented.map(|v| v.as_bytes())) {
-        return Err(ApiError::new(
-            dialect,
-            StatusCode::CONFLICT,
-            refusal.to_string(),
-        ));
-    }
+        ),
+        auth::PeerRefusal::Cluster(why) => ApiError::new(dialect, StatusCode::CONFLICT, why),
+    })?;
     Ok(v.to_str()
         .ok()
         .and_then(|s| s.parse().ok())
@@ -233,8 +225,8 @@ pub struct WaitContext {
 }
 
 impl WaitContext {
-    fn for_request(node: &SharedNode, parts: &Parts, body: &[u8], hops: u32) -> WaitContext {
-        let wait_secs = blocking_timeout(parts.uri.path(), body);
+    /// For a request that arrived with `hops` hops and asks to wait `wait_secs`.
+    fn for_request(node: &SharedNode, parts: &Parts, wait_secs: u64, hops: u32) -> WaitContext {
         if wait_secs == 0 {
             return WaitContext::default();
         }
@@ -268,8 +260,8 @@ struct Call {
     body: Bytes,
     /// Hops this call carries when forwarded (1 from the node the client called).
     hops: u32,
-    /// Extra node-to-node headers (a blocking acquire's waiter id and deadline).
-    extra: Vec<(&'static str, String)>,
+    /// A blocking acquire's waiter id and deadline, sent along on every attempt.
+    wait: WaitContext,
     /// The one deadline of the whole call.
     deadline: Instant,
     /// Safe to send again when an attempt's fate is unknown.
@@ -280,27 +272,19 @@ struct Call {
 impl Call {
     /// A blocking acquire (it may wait far longer than a commit).
     fn waits(&self) -> bool {
-        !self.extra.is_empty()
+        self.wait.waiter_id.is_some()
     }
 
     fn new(
         node: &SharedNode,
         parts: &Parts,
         body: Bytes,
-        hops: u32,
-        wait: &WaitContext,
+        arrived_hops: u32,
         arrived: Instant,
         dialect: Dialect,
     ) -> Call {
         let path = parts.uri.path();
         let wait_secs = blocking_timeout(path, &body);
-        let mut extra = Vec::new();
-        if let Some(id) = &wait.waiter_id {
-            extra.push((WAITER_ID_HEADER, id.clone()));
-        }
-        if let Some(deadline) = wait.deadline {
-            extra.push((DEADLINE_HEADER, deadline.to_string()));
-        }
         Call {
             method: parts.method.clone(),
             path: parts
@@ -311,8 +295,8 @@ impl Call {
                 .to_string(),
             headers: parts.headers.clone(),
             body,
-            hops,
-            extra,
+            hops: arrived_hops + 1,
+            wait: WaitContext::for_request(node, parts, wait_secs, arrived_hops),
             deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
             repeatable: repeatable(&parts.method, path),
             dialect,
@@ -362,8 +346,7 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(10));
     let mut req = node
-        .forward_client
-        .request(call.method.clone(), &url)
+        .peer_request(call.method.clone(), &url)
         .timeout(timeout)
         .body(call.body.clone());
     for (name, value) in call.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
@@ -371,24 +354,13 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
             req = req.header(name, value);
         }
     }
-    for (name, value) in &call.extra {
-        req = req.header(*name, value.as_str());
+    if let Some(id) = &call.wait.waiter_id {
+        req = req.header(WAITER_ID_HEADER, id.as_str());
     }
-    // The source header names this node (not the original client) so a per-link fault
-    // proxy sees which node-to-node link the forwarded request travels on.
-    req = req
-        .header(HOPS_HEADER, call.hops.to_string())
-        .header(
-            raftlock_raft::CLUSTER_SECRET_HEADER,
-            node.config.cluster_secret.as_str(),
-        )
-        .header(
-            raftlock_raft::SOURCE_HEADER,
-            node.config.node_id.to_string(),
-        );
-    if let Some(id) = node.identity.get() {
-        req = req.header(raftlock_raft::CLUSTER_ID_HEADER, id.to_string());
+    if let Some(deadline) = call.wait.deadline {
+        req = req.header(DEADLINE_HEADER, deadline.to_string());
     }
+    req = req.header(HOPS_HEADER, call.hops.to_string());
     let resp = req.send().await.map_err(|e| {
         tracing::debug!(error = %e, "forward to the leader failed");
         Failed {
