@@ -39,6 +39,9 @@ pub enum Rule {
     /// Held without an answer until the sender gives up or the rule changes; then the
     /// connection is reset. Never forwarded late.
     Blackhole,
+    /// Forwarded and answered upstream, but the answer is thrown away and the connection
+    /// reset: the sender cannot know whether its request took effect (it did).
+    LoseAnswer,
 }
 
 /// Counters of what the proxy did.
@@ -49,6 +52,7 @@ pub struct ProxyStats {
     pub refused: AtomicU64,
     pub delayed: AtomicU64,
     pub blackholed: AtomicU64,
+    pub answers_lost: AtomicU64,
     pub upstream_errors: AtomicU64,
 }
 
@@ -244,7 +248,7 @@ async fn handle(
     let rule = from.map_or(Rule::Pass, |from| shared.rule(from, to));
     let stats = &shared.stats;
     match rule {
-        Rule::Pass => {}
+        Rule::Pass | Rule::LoseAnswer => {}
         Rule::Drop => {
             stats.dropped.fetch_add(1, Ordering::Relaxed);
             return Err(ResetConnection);
@@ -299,6 +303,10 @@ async fn handle(
         stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
         ResetConnection
     })?;
+    if rule == Rule::LoseAnswer {
+        stats.answers_lost.fetch_add(1, Ordering::Relaxed);
+        return Err(ResetConnection);
+    }
     stats.passed.fetch_add(1, Ordering::Relaxed);
     let mut reply = Response::new(Full::new(bytes));
     *reply.status_mut() = status;

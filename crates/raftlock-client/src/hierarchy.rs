@@ -259,7 +259,7 @@ impl Client {
         metadata: Metadata,
     ) -> Result<Namespace> {
         let body = json!({ "name": name, "description": description, "metadata": metadata });
-        self.rpc_field("CreateNamespace", body, Retry::Once, "namespace")
+        self.rpc_field("CreateNamespace", body, Retry::Idempotent, "namespace")
             .await
     }
 
@@ -273,7 +273,7 @@ impl Client {
     /// `UpdateNamespace` (mismatching `expected_version` → `invalid_argument`).
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
         let body = serde_json::to_value(req).expect("serializable");
-        self.rpc_field("UpdateNamespace", body, Retry::Once, "namespace")
+        self.rpc_field("UpdateNamespace", body, Retry::Idempotent, "namespace")
             .await
     }
 
@@ -299,7 +299,7 @@ impl Client {
         ttl: Duration,
     ) -> Result<LockLease> {
         let body = json!({ "namespace_name": namespace, "process_id": process_id, "ttl_seconds": ttl.as_secs() });
-        self.rpc_field("CreateLockLease", body, Retry::Once, "lease")
+        self.rpc_field("CreateLockLease", body, Retry::Idempotent, "lease")
             .await
     }
 
@@ -319,7 +319,7 @@ impl Client {
     /// `RevokeLockLease`: releases everything the lease holds and deletes it.
     pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
         let body = json!({ "namespace_name": namespace, "lease_id": lease_id });
-        self.rpc("RevokeLockLease", body, Retry::Once, Duration::ZERO)
+        self.rpc("RevokeLockLease", body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
     }

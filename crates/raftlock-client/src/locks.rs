@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::transport::{Call, Client, Retry, LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
+use crate::transport::{Call, Client, LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
 
 /// The caller-chosen ownership token of one lease (`X-Volcano-Lock-Token`): a UUID made once
 /// per lease and reused on its renewals, re-acquires and release.
@@ -146,15 +146,15 @@ fn contention(e: &Error) -> Option<&str> {
 impl Client {
     /// `POST /locks/{key}/lease`: acquires (or re-acquires with the same token) for `ttl`.
     ///
-    /// An uncertain attempt (no answer after sending, or `503`) is retried once with the same
-    /// lock token and request id, so a lost answer cannot leave a lease the caller does not
-    /// know about.
+    /// An uncertain attempt (no answer after sending, or `503`) is retried with the same lock
+    /// token and request id: the server applies one request id once and answers a repeat
+    /// with the first outcome, so a lost answer cannot leave a lease the caller does not know
+    /// about.
     pub async fn acquire(&self, key: &str, token: LockToken, ttl: Duration) -> Result<Acquire> {
         let call = Call::new(Method::POST, lease_path(key))
             .header(LOCK_TOKEN_HEADER, token.to_string())
             .header(REQUEST_ID_HEADER, uuid::Uuid::new_v4().to_string())
-            .json(json!({ "ttl_seconds": ttl.as_secs() }))
-            .retry(Retry::Once);
+            .json(json!({ "ttl_seconds": ttl.as_secs() }));
         match self.send(call).await {
             Ok(reply) => Ok(Acquire::Acquired(reply.decode()?)),
             Err(e) => match contention(&e) {

@@ -5,10 +5,10 @@
 //! * A connection that could not be made (refused, DNS, connect timeout) never reached a
 //!   server, so the next endpoint is tried freely.
 //! * A `503`, or a transport failure after the request was sent, is *uncertain*: the server
-//!   may have applied it. Idempotent calls (reads, renewals, releases, refreshes…) go on
-//!   to the next endpoint until the failover budget is spent. Calls that are only safe to
-//!   repeat with the same identity (acquire: same lock token and same request id) are
-//!   retried once.
+//!   may have applied it. Idempotent calls go on to the next endpoint until the failover
+//!   budget is spent: reads, and every write the server applies once per request id (§4
+//!   acquire/renew/release, §5 creates, updates, revokes, releases — a repeat within ten
+//!   minutes gets the first outcome). Calls marked [`Retry::Once`] are retried once.
 //! * Every attempt of one logical call carries the same `X-Volcano-Request-Id`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -58,6 +58,35 @@ pub enum Op {
     },
     /// §5: one call on the hierarchical API of a project.
     Hier { project: String, op: HierOp },
+    /// A §4 or §5 call that carries a client request id: applied once; a repeat within the
+    /// window ([`crate::request_ids`]) is answered with the first outcome.
+    Once { request_id: u128, op: Box<Op> },
+}
+
+impl Op {
+    /// The project a tenant call belongs to (`None` for admin and housekeeping ops).
+    pub fn project(&self) -> Option<&str> {
+        match self {
+            Op::ProjectLock { project, .. } | Op::Hier { project, .. } => Some(project),
+            Op::Once { op, .. } => op.project(),
+            _ => None,
+        }
+    }
+
+    /// A checksum of what this op asks for, stable across nodes and releases of the same
+    /// encoding. Ids the proposer draws at random (a new lease's id) are left out, so a retry
+    /// of the same call has the same fingerprint.
+    pub fn fingerprint(&self) -> u32 {
+        let mut asked = self.clone();
+        if let Op::Hier {
+            op: HierOp::CreateLease { lease_id, .. },
+            ..
+        } = &mut asked
+        {
+            lease_id.clear();
+        }
+        crate::codec::encode(&asked).map_or(0, |bytes| crc32c::crc32c(&bytes))
+    }
 }
 
 /// §4 calls that change state (a read is a query, not a command).

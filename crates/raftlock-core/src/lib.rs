@@ -19,6 +19,8 @@
 //!   answers queries.
 //! - [`clock`]: the cluster-time rule (how the leader stamps entries and judges reads) that
 //!   keeps skewed or stepping wall clocks from ending a lease early.
+//! - [`request_ids`]: the first outcome of each client request id, so a retry is not applied
+//!   twice.
 //! - [`ratelimit`]: the fixed-window request counter (pure; the server owns the instance).
 //! - [`codec`]: the one place that decides how state and commands become bytes.
 
@@ -31,12 +33,13 @@ pub mod machine;
 pub mod paging;
 pub mod project_locks;
 pub mod ratelimit;
+pub mod request_ids;
 pub mod tenancy;
 pub mod validate;
 
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;
-pub use machine::{Limits, StateMachine};
+pub use machine::{Limits, StateMachine, StateMachineV1};
 
 /// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.
 pub type Nanos = i64;

@@ -9,6 +9,7 @@ use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
+use crate::request_ids::{RequestIds, Seen};
 use crate::tenancy::{KeyRecord, ProjectSettings, ProjectView};
 use crate::{validate, Nanos};
 
@@ -31,6 +32,32 @@ pub struct StateMachine {
     project_locks: ProjectLocks,
     /// §5 namespaces, leases and locks.
     hierarchy: Hierarchy,
+    /// First outcomes of client request ids, so a retried call is not applied twice.
+    request_ids: RequestIds,
+}
+
+/// [`StateMachine`] as snapshot format 1 laid it out (before request ids), so a node upgraded
+/// from that release can read its snapshot. Field order is the encoding: do not change it.
+#[derive(Debug, Deserialize)]
+pub struct StateMachineV1 {
+    time: Nanos,
+    projects: BTreeMap<String, ProjectSettings>,
+    key_index: BTreeMap<String, String>,
+    project_locks: ProjectLocks,
+    hierarchy: Hierarchy,
+}
+
+impl From<StateMachineV1> for StateMachine {
+    fn from(v1: StateMachineV1) -> Self {
+        StateMachine {
+            time: v1.time,
+            projects: v1.projects,
+            key_index: v1.key_index,
+            project_locks: v1.project_locks,
+            hierarchy: v1.hierarchy,
+            request_ids: RequestIds::default(),
+        }
+    }
 }
 
 /// How a presented credential resolves.
@@ -130,7 +157,27 @@ impl StateMachine {
                 action,
             } => self.apply_lock(project, key, action, t),
             Op::Hier { project, op } => self.apply_hier(project, op, t),
+            Op::Once { request_id, op } => self.apply_once(*request_id, op, t),
         }
+    }
+
+    /// Applies `op` unless `request_id` was applied within the window; a repeat gets the
+    /// first outcome and changes nothing.
+    fn apply_once(&mut self, request_id: u128, op: &Op, t: Nanos) -> Outcome {
+        let Some(project) = op.project().map(str::to_string) else {
+            return self.apply_op(op, t);
+        };
+        let fingerprint = op.fingerprint();
+        if let Seen::Repeat(first) = self
+            .request_ids
+            .check(&project, request_id, fingerprint, t)?
+        {
+            return first;
+        }
+        let outcome = self.apply_op(op, t);
+        self.request_ids
+            .remember(&project, request_id, fingerprint, &outcome, t);
+        outcome
     }
 
     fn create_project(&mut self, name: &str, t: Nanos) -> Outcome {

@@ -84,7 +84,15 @@ fn join_err(e: tokio::task::JoinError) -> StoreError {
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
 /// snapshot of another layout with a clear error rather than misread it.
-pub const STATE_FORMAT: u32 = 1;
+pub const STATE_FORMAT: u32 = 2;
+
+/// [`SmData`] in format 1 (before the machine remembered request ids); read and converted.
+#[derive(Deserialize)]
+struct SmDataV1 {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    machine: raftlock_core::StateMachineV1,
+}
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -96,6 +104,14 @@ fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
 /// Decodes a state written by [`encode_state`], refusing other layouts.
 fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
     let format: u32 = codec::decode(bytes)?;
+    if format == 1 {
+        let (_, v1): (u32, SmDataV1) = codec::decode(bytes)?;
+        return Ok(SmData {
+            last_applied: v1.last_applied,
+            last_membership: v1.last_membership,
+            machine: v1.machine.into(),
+        });
+    }
     if format != STATE_FORMAT {
         return Err(format!(
             "snapshot has state format {format}, this binary reads format {STATE_FORMAT}; \
@@ -311,6 +327,21 @@ mod format_tests {
         let foreign = codec::encode(&(STATE_FORMAT + 1, &state)).unwrap();
         let err = decode_state(&foreign).unwrap_err().to_string();
         assert!(err.contains("state format"), "{err}");
+    }
+
+    #[test]
+    fn a_format_1_snapshot_is_read_and_converted() {
+        use raftlock_core::{Command, Op};
+        let mut state = SmData::default();
+        state.machine.apply(&Command {
+            stamp: 5,
+            ops: vec![Op::CreateProject { name: "p".into() }],
+        });
+        // Format 1 is format 2 without the request-id table, which is last and (empty) one
+        // byte long.
+        let mut v1 = codec::encode(&(1u32, &state)).unwrap();
+        assert_eq!(v1.pop(), Some(0));
+        assert_eq!(decode_state(&v1).unwrap().machine, state.machine);
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed};
+use super::idempotency::{self, ClientRequestId, FORWARDED_REQUEST_ID_HEADER};
 use crate::node::SharedNode;
 
 /// Marks a request forwarded by a peer; its value is the number of hops so far.
@@ -58,7 +59,10 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// re-acquiring keeps the fencing token) and force release; §5 refresh and acquire (the
 /// forwarded call carries one waiter id, and re-acquire under a lease is idempotent).
 ///
-/// Releases are not: if the first release took effect and someone else took the lock before
+/// A write that carries the client's own request id is repeatable too (see `Call::new`):
+/// the leader applies it once and answers a repeat with the first outcome.
+///
+/// Releases are not (without a request id): if the first release took effect and someone else took the lock before
 /// the repeat, the repeat would answer "ownership lost" for a release that succeeded (the
 /// chaos suite's linearizability check caught exactly that). Creates, updates, deletes and
 /// revokes are not either.
@@ -152,10 +156,19 @@ async fn route(
         if !may_retry || Instant::now() >= call.deadline {
             return last;
         }
-        // Let the cluster settle (a new leader, or the same one back), then try again.
+        // Let the cluster settle (a new leader, or the same one back), then try again. Only
+        // news of the leader ends the pause early: other metrics change on every heartbeat,
+        // and a leader whose answers keep getting lost must not be hammered.
         let mut metrics = node.raft.metrics();
         let pause = (Instant::now() + RETRY_PAUSE).min(call.deadline);
-        let _ = tokio::time::timeout_at(pause, metrics.changed()).await;
+        let leader_news = async {
+            while metrics.changed().await.is_ok() {
+                if metrics.borrow().current_leader != Some(leader_id) {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout_at(pause, leader_news).await;
         match node.wait_for_leader_until(call.deadline).await {
             Some((id, leader_addr)) => (leader_id, addr) = (id, leader_addr),
             None => return last,
@@ -266,6 +279,8 @@ struct Call {
     deadline: Instant,
     /// Safe to send again when an attempt's fate is unknown.
     repeatable: bool,
+    /// The client's own request id, sent along so the leader applies the call once.
+    request_id: ClientRequestId,
     dialect: Dialect,
 }
 
@@ -285,6 +300,9 @@ impl Call {
     ) -> Call {
         let path = parts.uri.path();
         let wait_secs = blocking_timeout(path, &body);
+        let request_id: ClientRequestId = parts.extensions.get().copied().unwrap_or_default();
+        // A write under the client's id is applied once, so a repeat answers as the first.
+        let once = request_id.0.is_some() && idempotency::remembers(&parts.method, path);
         Call {
             method: parts.method.clone(),
             path: parts
@@ -298,7 +316,8 @@ impl Call {
             hops: arrived_hops + 1,
             wait: WaitContext::for_request(node, parts, wait_secs, arrived_hops),
             deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
-            repeatable: repeatable(&parts.method, path),
+            repeatable: once || repeatable(&parts.method, path),
+            request_id,
             dialect,
         }
     }
@@ -360,6 +379,12 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
     if let Some(deadline) = call.wait.deadline {
         req = req.header(DEADLINE_HEADER, deadline.to_string());
     }
+    if let Some(id) = call.request_id.0 {
+        req = req.header(
+            FORWARDED_REQUEST_ID_HEADER,
+            uuid::Uuid::from_u128(id).to_string(),
+        );
+    }
     req = req.header(HOPS_HEADER, call.hops.to_string());
     let resp = req.send().await.map_err(|e| {
         tracing::debug!(error = %e, "forward to the leader failed");
@@ -412,6 +437,7 @@ fn is_internal(name: &str) -> bool {
         || name == WAITER_ID_HEADER
         || name == DEADLINE_HEADER
         || name == NOT_PROPOSED_HEADER
+        || name == FORWARDED_REQUEST_ID_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER

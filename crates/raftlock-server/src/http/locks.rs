@@ -17,6 +17,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::errors::{ApiError, Dialect};
+use super::idempotency::ClientRequestId;
 use super::{auth, body};
 use crate::node::SharedNode;
 
@@ -105,6 +106,7 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
 async fn lease_call(
     node: SharedNode,
     key: String,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
     make: fn(u128, u64) -> LockAction,
@@ -116,11 +118,11 @@ async fn lease_call(
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
     let reply = decide(
         &node,
-        Op::ProjectLock {
+        id.wrap(Op::ProjectLock {
             project,
             key,
             action: make(token, ttl_seconds),
-        },
+        }),
     )
     .await?;
     lease_body(reply)
@@ -129,11 +131,12 @@ async fn lease_call(
 async fn acquire(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
         LockAction::Acquire { token, ttl_seconds }
     })
     .await
@@ -142,11 +145,12 @@ async fn acquire(
 async fn renew(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
         LockAction::Renew { token, ttl_seconds }
     })
     .await
@@ -155,6 +159,7 @@ async fn renew(
 async fn release(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let project = admit(&node, &headers)?;
@@ -163,11 +168,11 @@ async fn release(
     let token = lock_token(&headers)?;
     decide(
         &node,
-        Op::ProjectLock {
+        id.wrap(Op::ProjectLock {
             project,
             key,
             action: LockAction::Release { token },
-        },
+        }),
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -176,6 +181,7 @@ async fn release(
 async fn force_release(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let project = admit(&node, &headers)?;
@@ -183,11 +189,11 @@ async fn force_release(
     check_key(&key)?;
     decide(
         &node,
-        Op::ProjectLock {
+        id.wrap(Op::ProjectLock {
             project,
             key,
             action: LockAction::ForceRelease,
-        },
+        }),
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)

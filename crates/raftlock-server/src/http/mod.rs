@@ -8,6 +8,7 @@ pub mod auth;
 pub mod body;
 pub mod errors;
 pub mod forward;
+pub mod idempotency;
 pub mod locks;
 pub mod rpc;
 
@@ -70,6 +71,7 @@ pub fn router(node: SharedNode) -> Router {
         .merge(internal)
         .layer(
             ServiceBuilder::new()
+                .layer(middleware::from_fn(idempotency::note))
                 .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
                 .layer(TraceLayer::new_for_http().make_span_with(telemetry::request_span))
                 .layer(PropagateRequestIdLayer::new(request_id)),

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 
 use super::errors::{ApiError, Dialect};
 use super::forward::WaitContext;
+use super::idempotency::ClientRequestId;
 use super::{auth, body};
 use crate::node::SharedNode;
 
@@ -110,13 +111,18 @@ async fn dispatch(
     State(node): State<SharedNode>,
     Path(method): Path<String>,
     wait: Option<Extension<WaitContext>>,
+    request_id: ClientRequestId,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
     let project = auth::admit(&node, &headers, D)?;
     let bytes = body::read(b, D).await?;
     let ctx = wait.map(|Extension(w)| w).unwrap_or_default();
-    let call = Call { node, project };
+    let call = Call {
+        node,
+        project,
+        request_id,
+    };
     let answer = match method.as_str() {
         "CreateNamespace" => call.create_namespace(parse(&bytes)?).await?,
         "GetNamespace" => call.get_namespace(parse(&bytes)?).await?,
@@ -148,16 +154,20 @@ async fn dispatch(
 struct Call {
     node: SharedNode,
     project: String,
+    /// The client's own request id: writes under it are applied once.
+    request_id: ClientRequestId,
 }
 
 impl Call {
     async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
         // Refused for its shape: answer now, and keep it out of the log.
         op.validate().map_err(core)?;
+        let once = super::idempotency::remembers_hier(&op);
         let op = Op::Hier {
             project: self.project.clone(),
             op,
         };
+        let op = if once { self.request_id.wrap(op) } else { op };
         let outcome = self
             .node
             .propose(op)

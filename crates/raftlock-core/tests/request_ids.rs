@@ -1,0 +1,122 @@
+//! Client request ids: a retried call is applied once and answered with its first outcome.
+
+use raftlock_core::command::{HierOp, LockAction};
+use raftlock_core::{Command, CoreError, Nanos, Op, Outcome, Reply, StateMachine, SECOND};
+
+const P: &str = "p";
+const T0: Nanos = 1_700_000_000 * SECOND;
+
+fn apply(m: &mut StateMachine, t: Nanos, op: Op) -> Outcome {
+    m.apply(&Command {
+        stamp: t,
+        ops: vec![op],
+    })
+    .remove(0)
+}
+
+fn once(request_id: u128, op: Op) -> Op {
+    Op::Once {
+        request_id,
+        op: Box::new(op),
+    }
+}
+
+fn create_lease(lease_id: &str) -> Op {
+    Op::Hier {
+        project: P.into(),
+        op: HierOp::CreateLease {
+            namespace: "ns".into(),
+            lease_id: lease_id.into(),
+            process_id: "worker".into(),
+            ttl_seconds: 60,
+        },
+    }
+}
+
+fn machine() -> StateMachine {
+    let mut m = StateMachine::default();
+    apply(&mut m, T0, Op::CreateProject { name: P.into() }).unwrap();
+    let ns = Op::Hier {
+        project: P.into(),
+        op: HierOp::CreateNamespace {
+            name: "ns".into(),
+            description: String::new(),
+            metadata: Default::default(),
+        },
+    };
+    apply(&mut m, T0, ns).unwrap();
+    m
+}
+
+fn lease_count(m: &StateMachine, t: Nanos) -> usize {
+    let (leases, _, _) = m.hierarchy().list_leases(P, "ns", "", "", 100, t).unwrap();
+    leases.len()
+}
+
+#[test]
+fn a_retried_create_lease_makes_one_lease_and_answers_the_first() {
+    let mut m = machine();
+    let first = apply(&mut m, T0 + SECOND, once(9, create_lease("ls_first"))).unwrap();
+    // The retry drew a new lease id, as every CreateLockLease call does.
+    let retry = apply(&mut m, T0 + 2 * SECOND, once(9, create_lease("ls_retry"))).unwrap();
+    assert_eq!(first, retry);
+    assert!(matches!(&first, Reply::LockLease(l) if l.lease_id == "ls_first"));
+    assert_eq!(lease_count(&m, T0 + 3 * SECOND), 1);
+    // Without an id, the same call makes a second lease.
+    apply(&mut m, T0 + 3 * SECOND, create_lease("ls_other")).unwrap();
+    assert_eq!(lease_count(&m, T0 + 3 * SECOND), 2);
+}
+
+#[test]
+fn a_retried_release_answers_as_the_first_even_after_a_takeover() {
+    let mut m = StateMachine::default();
+    let lock = |token, action| Op::ProjectLock {
+        project: P.into(),
+        key: "job".into(),
+        action: match action {
+            0 => LockAction::Acquire {
+                token,
+                ttl_seconds: 30,
+            },
+            _ => LockAction::Release { token },
+        },
+    };
+    apply(&mut m, T0, once(1, lock(0xA, 0))).unwrap();
+    assert_eq!(apply(&mut m, T0, once(2, lock(0xA, 1))), Ok(Reply::Done));
+    apply(&mut m, T0, lock(0xB, 0)).unwrap();
+    // Applied again, the release would be refused: B owns the lock now.
+    assert_eq!(
+        apply(&mut m, T0, lock(0xA, 1)),
+        Err(CoreError::OwnershipLost)
+    );
+    assert_eq!(apply(&mut m, T0, once(2, lock(0xA, 1))), Ok(Reply::Done));
+}
+
+#[test]
+fn an_id_reused_for_another_call_is_refused_and_changes_nothing() {
+    let mut m = machine();
+    apply(&mut m, T0, once(9, create_lease("ls_a"))).unwrap();
+    let before = m.clone();
+    let other = Op::Hier {
+        project: P.into(),
+        op: HierOp::DeleteNamespace { name: "ns".into() },
+    };
+    let err = apply(&mut m, T0, once(9, other)).unwrap_err();
+    assert!(matches!(err, CoreError::Invalid { ref field, .. } if field == "request_id"));
+    assert_eq!(m, before);
+}
+
+#[test]
+fn after_the_window_the_id_is_forgotten() {
+    let mut m = machine();
+    apply(&mut m, T0, once(9, create_lease("ls_a"))).unwrap();
+    let later = T0 + raftlock_core::request_ids::REMEMBER_FOR;
+    apply(&mut m, later, once(9, create_lease("ls_b"))).unwrap();
+    // The first lease expired long ago; the second is new.
+    let (leases, _, _) = m
+        .hierarchy()
+        .list_leases(P, "ns", "", "", 100, later)
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].lease_id, "ls_b");
+}

@@ -1,0 +1,143 @@
+//! Idempotent retries: a write whose answer was lost, retried with the same
+//! `X-Volcano-Request-Id`, takes effect once and is answered with its first outcome.
+//!
+//! The answer is lost for real: a fault proxy on the follower → leader link forwards the
+//! request to the leader (which applies it) and throws the answer away.
+
+use std::time::Duration;
+
+use raftlock_tests::proxy::Rule;
+use raftlock_tests::{token, Answer, Cluster, Locks};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const REQUEST_ID: &str = "X-Volcano-Request-Id";
+
+struct Setup {
+    cluster: Cluster,
+    api: Locks,
+    leader: u64,
+    follower: u64,
+}
+
+async fn setup() -> anyhow::Result<Setup> {
+    let cluster = Cluster::start_behind_proxy(3, &[]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let api = Locks::new(&cluster, follower, &key);
+    for ns in ["with_id", "without_id"] {
+        let r = api.rpc("CreateNamespace", json!({ "name": ns })).await?;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    Ok(Setup {
+        cluster,
+        api,
+        leader,
+        follower,
+    })
+}
+
+async fn create_lease(api: &Locks, ns: &str, request_id: Option<&str>) -> anyhow::Result<Answer> {
+    let body = json!({ "namespace_name": ns, "process_id": "worker", "ttl_seconds": 60 });
+    let headers: Vec<(&str, &str)> = request_id.map(|id| (REQUEST_ID, id)).into_iter().collect();
+    api.raw(
+        Method::POST,
+        "/v1beta/CreateLockLease",
+        &headers,
+        Some(serde_json::to_vec(&body)?),
+    )
+    .await
+}
+
+async fn lease_ids(api: &Locks, ns: &str) -> anyhow::Result<Vec<String>> {
+    let r = api
+        .rpc("ListLockLeases", json!({ "namespace_name": ns }))
+        .await?;
+    assert_eq!(r.status, 200, "{r:?}");
+    let leases = r.body["lock_leases"]
+        .as_array()
+        .or(r.body["leases"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    Ok(leases
+        .iter()
+        .filter_map(|l: &Value| l["lease_id"].as_str().map(str::to_string))
+        .collect())
+}
+
+/// Sends `call` twice: first with the follower's answers from the leader lost, then again
+/// once the link heals. Returns both answers.
+async fn lost_then_retried<F, Fut>(s: &Setup, call: F) -> anyhow::Result<(Answer, Answer)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Answer>>,
+{
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
+    let first = call().await?;
+    let lost = proxy
+        .stats()
+        .answers_lost
+        .load(std::sync::atomic::Ordering::Relaxed);
+    proxy.heal();
+    assert!(lost > 0, "the proxy lost no answer");
+    let retry = call().await?;
+    Ok((first, retry))
+}
+
+#[tokio::test]
+async fn a_create_lease_retried_with_its_request_id_makes_one_lease() -> anyhow::Result<()> {
+    let s = setup().await?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let (first, retry) =
+        lost_then_retried(&s, || create_lease(&s.api, "with_id", Some(&id))).await?;
+    assert_eq!(first.status, 503, "the answer was lost: {first:?}");
+    assert_eq!(retry.status, 200, "{retry:?}");
+    let leases = lease_ids(&s.api, "with_id").await?;
+    assert_eq!(leases.len(), 1, "one lease, not two: {leases:?}");
+    assert_eq!(
+        retry.body["lease"]["lease_id"].as_str(),
+        Some(leases[0].as_str())
+    );
+    // The same id on another request is refused and creates nothing.
+    let other = create_lease(&s.api, "without_id", Some(&id)).await?;
+    assert_eq!(other.status, 400, "{other:?}");
+    assert!(lease_ids(&s.api, "without_id").await?.is_empty());
+
+    // Without a request id the retry is a new call: two leases (what the id prevents).
+    let (first, retry) = lost_then_retried(&s, || create_lease(&s.api, "without_id", None)).await?;
+    assert_eq!((first.status, retry.status), (503, 200));
+    assert_eq!(lease_ids(&s.api, "without_id").await?.len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_release_retried_with_its_request_id_answers_as_it_did() -> anyhow::Result<()> {
+    let s = setup().await?;
+    let (a, b) = (token(), token());
+    assert_eq!(s.api.acquire("job", &a, 30).await?.status, 200);
+    let id = uuid::Uuid::new_v4().to_string();
+    let headers = [
+        ("X-Volcano-Lock-Token", a.as_str()),
+        (REQUEST_ID, id.as_str()),
+    ];
+    let release = || {
+        s.api
+            .raw(Method::DELETE, "/locks/job/lease", &headers, None)
+    };
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
+    let first = release().await?;
+    proxy.heal();
+    assert_eq!(first.status, 503, "the answer was lost: {first:?}");
+    // The release took effect: another owner takes the lock before the retry.
+    assert_eq!(s.api.acquire("job", &b, 30).await?.status, 200);
+    let retry = release().await?;
+    assert_eq!(retry.status, 204, "{retry:?}");
+    // Without the id, the same release is judged anew: B owns the lock.
+    assert_eq!(s.api.release("job", &a).await?.status, 409);
+    let read = s.api.read("job").await?;
+    assert_eq!(read.body["held"], true, "{read:?}");
+    Ok(())
+}
