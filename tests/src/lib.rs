@@ -696,6 +696,22 @@ impl Locks {
     }
 }
 
+/// Raises this process's open-file limit to `want` (children inherit it), for tests that open
+/// thousands of sockets on both ends of the loopback.
+pub fn raise_fd_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid, initialized struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// A fresh lock token.
 pub fn token() -> String {
     uuid::Uuid::new_v4().to_string()

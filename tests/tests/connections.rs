@@ -6,23 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use raftlock_tests::{Cluster, Locks};
-
-/// Raises this process's open-file limit (children inherit it) so 2,000 sockets fit on both
-/// ends of the loopback.
-fn raise_fd_limit(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a valid, initialized struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
+use raftlock_tests::{raise_fd_limit, Cluster, Locks};
 
 #[tokio::test]
 async fn half_open_connections_neither_block_clients_nor_stay_open() -> Result<()> {

@@ -186,6 +186,25 @@ struct Waiter {
     deadline: Nanos,
 }
 
+impl Waiter {
+    /// Approximate bytes of replicated state this waiter keeps (names, ids, metadata, and
+    /// the bookkeeping around them).
+    fn bytes(&self, lock_name: &str) -> usize {
+        waiter_bytes(lock_name, &self.lease_id, &self.id, &self.metadata)
+    }
+}
+
+fn waiter_bytes(
+    lock_name: &str,
+    lease_id: &str,
+    waiter_id: &str,
+    metadata: &BTreeMap<String, String>,
+) -> usize {
+    let meta: usize = metadata.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+    // The queue entry, the lease's index entry and the deadline index entry each name it.
+    128 + 2 * lock_name.len() + 2 * waiter_id.len() + lease_id.len() + meta
+}
+
 /// How a blocking acquire should wait when it cannot be granted at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitSpec {
@@ -210,8 +229,35 @@ pub const MAX_WAITERS_PER_LOCK: usize = 10_000;
 /// Most blocking acquires one lease may have queued at once: one process rarely needs more
 /// than a handful, and each queued wait is replicated state (docs/operations.md, *Budgets*).
 pub const MAX_WAITERS_PER_LEASE: usize = 64;
-/// Most blocking acquires queued in one namespace at once, over all its locks.
-pub const MAX_WAITERS_PER_NAMESPACE: usize = 10_000;
+/// Most blocking acquires one project may have queued at once, over all its namespaces
+/// (each also holds a connection open on some node).
+pub const MAX_WAITERS_PER_PROJECT: usize = 4_096;
+/// Most bytes those queued acquires may keep in replicated state: a waiter carries its
+/// metadata (up to ~12 KB) until it is granted. See docs/operations.md, *Budgets*.
+pub const MAX_WAITER_BYTES_PER_PROJECT: usize = 8 << 20;
+
+/// What queued acquires of one project use: how many, and their bytes ([`Waiter::bytes`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaiterUsage {
+    pub count: usize,
+    pub bytes: usize,
+}
+
+/// A notification side channel kept next to the state but not part of it: never encoded,
+/// and equal to any other, so replicas and snapshots compare as before.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch<T>(T);
+
+impl<T> PartialEq for Scratch<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl<T> Eq for Scratch<T> {}
+
+/// (project, namespace) pairs whose `resolved` lists may hold ids, and the ids of waiters in
+/// namespaces deleted since the server last collected them.
+type Touched = (BTreeSet<(String, String)>, Vec<String>);
 
 /// One namespace and everything inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +276,15 @@ pub struct Namespace {
     /// the order survives leader changes; never holds an empty queue.
     #[serde(default)]
     waiters: BTreeMap<String, VecDeque<Waiter>>,
+    /// Ids of waiters that left a queue here (granted, dropped, cancelled) since the server
+    /// last collected them ([`Hierarchy::take_resolved_waiters`]): it wakes exactly those
+    /// calls instead of re-checking every waiting call after every apply.
+    #[serde(skip)]
+    resolved: Scratch<Vec<String>>,
+    /// What `waiters` use, kept up to date by enqueue and removal so the budget check costs
+    /// O(1) per namespace; `None` (after decoding a snapshot) means "count it".
+    #[serde(skip)]
+    usage: Scratch<Option<WaiterUsage>>,
     /// The lock quota in force, so grants made while pumping the queue respect it too.
     #[serde(default = "default_lock_quota")]
     lock_quota: usize,
@@ -435,12 +490,12 @@ impl Namespace {
         metadata: BTreeMap<String, String>,
         t: Nanos,
         quotas: &Quotas,
-        wait: Option<&WaitSpec>,
+        wait: Option<(&WaitSpec, WaiterUsage)>,
     ) -> Result<AcquireReply> {
         if !self.lease_live(lease_id, t) {
             return Err(CoreError::NotFound("lease".into()));
         }
-        if let Some(spec) = wait {
+        if let Some((spec, _)) = wait {
             if self.is_queued(name, &spec.waiter_id) {
                 // A retry of a call that is already waiting keeps its place.
                 return Ok(self.unavailable(lease_id, name, exclusive, t));
@@ -448,15 +503,69 @@ impl Namespace {
         }
         // Holders change mode or refresh without queueing (a downgrade always succeeds); a
         // newcomer queues behind earlier waiters even when the holders would admit it.
-        let queued_ahead = self.holds(lease_id, name).is_none() && self.waiters.contains_key(name);
-        let contention = self.contention(lease_id, name, exclusive, t);
-        if contention.is_some() || queued_ahead {
-            if let Some(spec) = wait {
-                self.enqueue(lease_id, name, exclusive, metadata, spec)?;
+        if self.would_wait(lease_id, name, exclusive, t) {
+            if let Some((spec, usage)) = wait {
+                self.enqueue(lease_id, name, exclusive, metadata, spec, usage)?;
             }
             return Ok(self.unavailable(lease_id, name, exclusive, t));
         }
         self.grant(lease_id, name, exclusive, metadata, t, quotas)
+    }
+
+    /// Whether an acquire of `name` by `lease_id` cannot be granted now: a conflicting hold,
+    /// or (for a newcomer) earlier waiters — a newcomer queues behind them even when the
+    /// holders would admit it; holders change mode or refresh without queueing.
+    fn would_wait(&self, lease_id: &str, name: &str, exclusive: bool, t: Nanos) -> bool {
+        let queued_ahead = self.holds(lease_id, name).is_none() && self.waiters.contains_key(name);
+        queued_ahead || self.contention(lease_id, name, exclusive, t).is_some()
+    }
+
+    /// Refuses a new waiter of `bytes` on `name` for `lease_id` that would exceed a budget:
+    /// per lease, per lock, and the project's count and bytes (`project_usage`).
+    fn wait_budget(
+        &self,
+        lease_id: &str,
+        name: &str,
+        bytes: usize,
+        project_usage: WaiterUsage,
+    ) -> Result<()> {
+        let lease_waits = self.leases.get(lease_id).map_or(0, |l| l.waiting.len());
+        if lease_waits >= MAX_WAITERS_PER_LEASE {
+            return Err(CoreError::ResourceExhausted(format!(
+                "this lease already has {MAX_WAITERS_PER_LEASE} blocking acquires waiting"
+            )));
+        }
+        if project_usage.count >= MAX_WAITERS_PER_PROJECT {
+            return Err(CoreError::ResourceExhausted(format!(
+                "this project already has {MAX_WAITERS_PER_PROJECT} blocking acquires waiting"
+            )));
+        }
+        if project_usage.bytes + bytes > MAX_WAITER_BYTES_PER_PROJECT {
+            return Err(CoreError::ResourceExhausted(
+                "this project's waiting acquires hold too much metadata".into(),
+            ));
+        }
+        if self.waiters.get(name).map_or(0, VecDeque::len) >= MAX_WAITERS_PER_LOCK {
+            return Err(CoreError::ResourceExhausted(
+                "too many waiters on this lock".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What this namespace's queued acquires use.
+    fn waiter_usage(&self) -> WaiterUsage {
+        self.usage.0.unwrap_or_else(|| self.count_waiter_usage())
+    }
+
+    /// [`Namespace::waiter_usage`] counted from the queues.
+    fn count_waiter_usage(&self) -> WaiterUsage {
+        let mut usage = WaiterUsage::default();
+        for (name, queue) in &self.waiters {
+            usage.count += queue.len();
+            usage.bytes += queue.iter().map(|w| w.bytes(name)).sum::<usize>();
+        }
+        usage
     }
 
     /// Which mode `lease_id` holds `name` in, if any.
@@ -555,28 +664,16 @@ impl Namespace {
         exclusive: bool,
         metadata: BTreeMap<String, String>,
         spec: &WaitSpec,
+        project_usage: WaiterUsage,
     ) -> Result<()> {
-        let lease_waits = self.leases.get(lease_id).map_or(0, |l| l.waiting.len());
-        if lease_waits >= MAX_WAITERS_PER_LEASE {
-            return Err(CoreError::ResourceExhausted(format!(
-                "this lease already has {MAX_WAITERS_PER_LEASE} blocking acquires waiting"
-            )));
-        }
-        let namespace_waits: usize = self.waiters.values().map(VecDeque::len).sum();
-        if namespace_waits >= MAX_WAITERS_PER_NAMESPACE {
-            return Err(CoreError::ResourceExhausted(format!(
-                "this namespace already has {MAX_WAITERS_PER_NAMESPACE} blocking acquires waiting"
-            )));
-        }
+        let bytes = waiter_bytes(name, lease_id, &spec.waiter_id, &metadata);
+        self.wait_budget(lease_id, name, bytes, project_usage)?;
+        let usage = self.waiter_usage();
+        self.usage.0 = Some(WaiterUsage {
+            count: usage.count + 1,
+            bytes: usage.bytes + bytes,
+        });
         let queue = self.waiters.entry(name.to_string()).or_default();
-        if queue.len() >= MAX_WAITERS_PER_LOCK {
-            if queue.is_empty() {
-                self.waiters.remove(name);
-            }
-            return Err(CoreError::ResourceExhausted(
-                "too many waiters on this lock".into(),
-            ));
-        }
         queue.push_back(Waiter {
             id: spec.waiter_id.clone(),
             lease_id: lease_id.to_string(),
@@ -600,6 +697,11 @@ impl Namespace {
             return false;
         };
         let waiter = queue.remove(pos).expect("position is valid");
+        self.resolved.0.push(waiter.id.clone());
+        if let Some(usage) = &mut self.usage.0 {
+            usage.count -= 1;
+            usage.bytes -= waiter.bytes(name);
+        }
         if queue.is_empty() {
             self.waiters.remove(name);
         }
@@ -706,6 +808,10 @@ pub struct Hierarchy {
     /// that were granted or cancelled earlier are skipped when their deadline comes.
     #[serde(default)]
     waiter_deadlines: BTreeSet<(Nanos, String, String, String, String)>,
+    /// Namespaces that had waiters when last changed, whose `resolved` lists may be non-empty;
+    /// plus the waiter ids of deleted namespaces. Side channel, not state.
+    #[serde(skip)]
+    touched: Scratch<Touched>,
 }
 
 fn ns_not_found() -> CoreError {
@@ -732,10 +838,36 @@ impl Hierarchy {
     }
 
     fn ns_mut(&mut self, project: &str, name: &str) -> Result<&mut Namespace> {
-        self.projects
+        let ns = self
+            .projects
             .get_mut(project)
             .and_then(|p| p.get_mut(name))
-            .ok_or_else(ns_not_found)
+            .ok_or_else(ns_not_found)?;
+        // Only a namespace with waiters can resolve one.
+        if !ns.waiters.is_empty() {
+            self.touched
+                .0
+                 .0
+                .insert((project.to_string(), name.to_string()));
+        }
+        Ok(ns)
+    }
+
+    /// Ids of queued acquires that left their queue (granted, dropped, cancelled, namespace
+    /// deleted) since the last call. Not state: the server uses it to wake those calls.
+    pub fn take_resolved_waiters(&mut self) -> Vec<String> {
+        let (touched, deleted) = &mut self.touched.0;
+        let mut ids = std::mem::take(deleted);
+        for (project, name) in std::mem::take(touched) {
+            if let Some(ns) = self
+                .projects
+                .get_mut(&project)
+                .and_then(|p| p.get_mut(&name))
+            {
+                ids.append(&mut ns.resolved.0);
+            }
+        }
+        ids
     }
 
     /// Ends every lease that expired at or before `t` (releasing its holds and queued
@@ -794,6 +926,8 @@ impl Hierarchy {
             locks: BTreeMap::new(),
             below: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            resolved: Scratch::default(),
+            usage: Scratch(Some(WaiterUsage::default())),
             lock_quota: quota_locks,
         };
         let view = ns.view(name);
@@ -841,6 +975,9 @@ impl Hierarchy {
         let Some(ns) = spaces.remove(name) else {
             return Ok(());
         };
+        let deleted = &mut self.touched.0 .1;
+        deleted.extend(ns.resolved.0);
+        deleted.extend(ns.waiters.values().flatten().map(|w| w.id.clone()));
         for (id, lease) in ns.leases {
             self.by_expiry
                 .remove(&(lease.expires_at, project.to_string(), name.to_string(), id));
@@ -1051,9 +1188,10 @@ impl Hierarchy {
             validate::waiter_id(&spec.waiter_id)?;
         }
         let quotas = self.quotas;
+        let usage = wait.map(|w| (w, self.waiter_usage(project)));
         let ns = self.ns_mut(project, namespace)?;
         let queued_before = wait.is_some_and(|w| ns.is_queued(lock_name, &w.waiter_id));
-        let reply = ns.acquire(lease_id, lock_name, exclusive, metadata, t, &quotas, wait)?;
+        let reply = ns.acquire(lease_id, lock_name, exclusive, metadata, t, &quotas, usage)?;
         if let Some(spec) = wait {
             if !queued_before && ns.is_queued(lock_name, &spec.waiter_id) {
                 self.waiter_deadlines.insert((
@@ -1134,6 +1272,49 @@ impl Hierarchy {
             return Ok(WaitState::Granted);
         }
         Ok(WaitState::Dropped)
+    }
+
+    /// What `project`'s queued acquires use, over all its namespaces.
+    pub fn waiter_usage(&self, project: &str) -> WaiterUsage {
+        let mut total = WaiterUsage::default();
+        for ns in self
+            .projects
+            .get(project)
+            .into_iter()
+            .flat_map(|p| p.values())
+        {
+            let usage = ns.waiter_usage();
+            total.count += usage.count;
+            total.bytes += usage.bytes;
+        }
+        total
+    }
+
+    /// The budget check a blocking acquire meets when it has to wait, run by the server
+    /// before proposing so a refused wait never reaches the log (apply checks again). `Ok`
+    /// when the acquire would be granted now, or would queue within every budget.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_wait_budget(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        exclusive: bool,
+        lease_id: &str,
+        metadata: &BTreeMap<String, String>,
+        spec: &WaitSpec,
+        now: Nanos,
+    ) -> Result<()> {
+        let Ok(ns) = self.ns(project, namespace) else {
+            return Ok(()); // apply answers not_found
+        };
+        if ns.is_queued(lock_name, &spec.waiter_id)
+            || !ns.would_wait(lease_id, lock_name, exclusive, now)
+        {
+            return Ok(());
+        }
+        let bytes = waiter_bytes(lock_name, lease_id, &spec.waiter_id, metadata);
+        ns.wait_budget(lease_id, lock_name, bytes, self.waiter_usage(project))
     }
 
     /// Number of queued acquires in all namespaces (metrics).
@@ -1259,6 +1440,9 @@ impl Hierarchy {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for (project, spaces) in &self.projects {
             for (ns_name, ns) in spaces {
+                if ns.waiter_usage() != ns.count_waiter_usage() {
+                    return Err(format!("{project}/{ns_name}: waiter usage out of step"));
+                }
                 let mut below: BTreeMap<String, Counts> = BTreeMap::new();
                 for (name, rec) in &ns.locks {
                     if rec.holders.is_empty() {

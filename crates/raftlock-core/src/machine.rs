@@ -80,6 +80,12 @@ impl StateMachine {
         }
     }
 
+    /// Ids of §5 queued acquires that left their queue since the last call (see
+    /// [`Hierarchy::take_resolved_waiters`]); a notification side channel, not state.
+    pub fn take_resolved_waiters(&mut self) -> Vec<String> {
+        self.hierarchy.take_resolved_waiters()
+    }
+
     /// The machine's current time (largest stamp applied).
     pub fn time(&self) -> Nanos {
         self.time

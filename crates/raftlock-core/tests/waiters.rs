@@ -347,3 +347,99 @@ fn a_lease_may_queue_at_most_its_budget_of_blocking_acquires() {
     let again = acq(&mut h, "greedy", &format!("l{n}"), true, s(3), Some(&over));
     assert_eq!(again.outcome, AcquireOutcome::Unavailable);
 }
+
+/// Fills `project`'s waiter budget from `namespaces` namespaces, one holder lock per namespace
+/// and `per_lease` waits per waiting lease. Returns how many waits were queued.
+fn fill_project(h: &mut Hierarchy, namespaces: &[&str], meta: &BTreeMap<String, String>) -> usize {
+    use raftlock_core::hierarchy::MAX_WAITERS_PER_LEASE;
+    let mut queued = 0;
+    for ns in namespaces {
+        if *ns != NS {
+            h.create_namespace(P, ns, String::new(), BTreeMap::new(), s(0))
+                .unwrap();
+        }
+        h.create_lease(P, ns, "holder", "proc", 300, s(0)).unwrap();
+        h.acquire(P, ns, "top", true, "holder", BTreeMap::new(), s(1), None)
+            .unwrap();
+    }
+    for i in 0.. {
+        let ns = namespaces[i % namespaces.len()];
+        let lease = format!("w{i}");
+        h.create_lease(P, ns, &lease, "proc", 300, s(1)).unwrap();
+        for j in 0..MAX_WAITERS_PER_LEASE {
+            let w = wait(&format!("{lease}-{j}"), s(100));
+            let name = format!("top/{lease}/{j}");
+            match h.acquire(P, ns, &name, true, &lease, meta.clone(), s(2), Some(&w)) {
+                Ok(r) => {
+                    assert_eq!(r.outcome, AcquireOutcome::Unavailable);
+                    queued += 1;
+                }
+                Err(CoreError::ResourceExhausted(_)) => return queued,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn a_project_may_queue_at_most_its_budget_of_blocking_acquires_over_all_namespaces() {
+    use raftlock_core::hierarchy::MAX_WAITERS_PER_PROJECT;
+    let mut h = setup(&[]);
+    let queued = fill_project(&mut h, &[NS, "second", "third"], &BTreeMap::new());
+    assert_eq!(queued, MAX_WAITERS_PER_PROJECT);
+    assert_eq!(h.waiter_usage(P).count, MAX_WAITERS_PER_PROJECT);
+    // The server's pre-check refuses the next wait too, and admits one that is granted now.
+    let w = wait("pre", s(100));
+    h.create_lease(P, NS, "late", "proc", 300, s(2)).unwrap();
+    let blocked = h.check_wait_budget(P, NS, "top/x", true, "late", &BTreeMap::new(), &w, s(2));
+    assert!(
+        matches!(blocked, Err(CoreError::ResourceExhausted(_))),
+        "{blocked:?}"
+    );
+    let free = h.check_wait_budget(P, NS, "elsewhere", true, "late", &BTreeMap::new(), &w, s(2));
+    assert_eq!(free, Ok(()));
+    // Another project is not affected.
+    h.create_namespace("q", NS, String::new(), BTreeMap::new(), s(2))
+        .unwrap();
+    assert_eq!(h.waiter_usage("q").count, 0);
+    h.check_invariants().unwrap();
+}
+
+#[test]
+fn waiters_with_large_metadata_are_bounded_by_bytes() {
+    use raftlock_core::hierarchy::{MAX_WAITERS_PER_PROJECT, MAX_WAITER_BYTES_PER_PROJECT};
+    let meta: BTreeMap<String, String> = (0..32)
+        .map(|i| (format!("{i:0>128}"), "v".repeat(256)))
+        .collect();
+    let mut h = setup(&[]);
+    let queued = fill_project(&mut h, &[NS], &meta);
+    let usage = h.waiter_usage(P);
+    assert!(queued < MAX_WAITERS_PER_PROJECT / 4, "{queued}");
+    assert!(usage.bytes <= MAX_WAITER_BYTES_PER_PROJECT, "{usage:?}");
+    assert!(
+        usage.bytes > MAX_WAITER_BYTES_PER_PROJECT - 20_000,
+        "{usage:?}"
+    );
+}
+
+#[test]
+fn every_waiter_that_leaves_its_queue_is_reported_once() {
+    let mut h = setup(&["a", "b", "c", "d"]);
+    acq(&mut h, "a", "x", true, s(1), None);
+    for (lease, id) in [("b", "wb"), ("c", "wc"), ("d", "wd")] {
+        let w = wait(id, if id == "wd" { s(5) } else { s(100) });
+        acq(&mut h, lease, "x", true, s(2), Some(&w));
+    }
+    assert!(
+        h.take_resolved_waiters().is_empty(),
+        "queueing resolves nothing"
+    );
+    h.release(P, NS, "x", "a", s(3)).unwrap(); // granted to b
+    assert_eq!(h.take_resolved_waiters(), vec!["wb".to_string()]);
+    assert!(h.take_resolved_waiters().is_empty(), "reported once");
+    h.reap(s(6)); // wd's deadline passed
+    assert_eq!(h.take_resolved_waiters(), vec!["wd".to_string()]);
+    h.delete_namespace(P, NS).unwrap(); // wc goes with its namespace
+    assert_eq!(h.take_resolved_waiters(), vec!["wc".to_string()]);
+}

@@ -34,6 +34,7 @@ pub mod network;
 pub mod state_machine;
 pub mod store;
 pub mod typ;
+pub mod waiters;
 pub mod wal;
 
 #[cfg(test)]
@@ -52,3 +53,4 @@ pub use network::{
 pub use state_machine::{SharedState, SmData, StateMachineStore};
 pub use store::{open, open_in, open_with_limits};
 pub use typ::*;
+pub use waiters::WaiterBoard;

@@ -23,6 +23,7 @@ use crate::fs::Dir;
 use crate::typ::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use crate::waiters::WaiterBoard;
 
 /// Name of the snapshot file in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot";
@@ -61,6 +62,8 @@ struct Shared {
     /// snapshots on their own task, so a build of an older state can finish after an install
     /// of a newer one; it must neither share the temporary file nor replace the newer file.
     persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
+    /// Calls waiting in §5 queues, woken when the machine reports their waiter resolved.
+    waiters: Arc<WaiterBoard>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -175,6 +178,7 @@ impl StateMachineStore {
             applied_tx: Arc::new(applied_tx),
             dir,
             persisted: Arc::new(tokio::sync::Mutex::new(None)),
+            waiters: Arc::new(WaiterBoard::default()),
         };
         if let Some(snap) = shared.read_snapshot()? {
             *shared.persisted.try_lock().expect("not shared yet") = snap.meta.last_log_id;
@@ -200,6 +204,11 @@ impl StateMachineStore {
     /// and after installing a snapshot.
     pub fn subscribe_applied(&self) -> watch::Receiver<u64> {
         self.shared.applied_tx.subscribe()
+    }
+
+    /// Where calls waiting in §5 queues register to be woken when their waiter is resolved.
+    pub fn waiter_board(&self) -> Arc<WaiterBoard> {
+        self.shared.waiters.clone()
     }
 }
 
@@ -252,7 +261,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (replies, last_applied) = {
+        let (replies, last_applied, resolved) = {
             let mut state = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
             let mut replies = Vec::new();
             for entry in entries {
@@ -268,9 +277,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 state.last_applied = Some(entry.log_id);
                 replies.push(reply);
             }
-            (replies, state.last_applied)
+            let resolved = state.machine.take_resolved_waiters();
+            (replies, state.last_applied, resolved)
         };
         self.shared.publish_applied(last_applied.as_ref());
+        self.shared.waiters.resolved(&resolved);
         Ok(replies)
     }
 
@@ -303,6 +314,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let last_applied = data.last_applied;
         *self.shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.shared.publish_applied(last_applied.as_ref());
+        // Every queue may have changed: let each waiting call look again.
+        self.shared.waiters.all();
         Ok(())
     }
 

@@ -81,6 +81,8 @@ pub struct Node {
     pub prevote_granted_at: Mutex<Option<std::time::Instant>>,
     /// A handle on the log, for its last log id (the pre-vote compares logs).
     log: raftlock_raft::LogStore,
+    /// Calls waiting in §5 queues; apply wakes exactly the ones whose waiter left its queue.
+    pub waiters: Arc<raftlock_raft::WaiterBoard>,
 }
 
 impl Node {
@@ -104,6 +106,7 @@ impl Node {
             clock_dir,
         )?;
         let applied_rx = sm_store.subscribe_applied();
+        let waiters = sm_store.waiter_board();
         let state = sm_store.shared();
         let election_timing = crate::election::Timing {
             lease: config.election_timeout * 3 / 2,
@@ -177,6 +180,7 @@ impl Node {
             election_timing,
             prevote_granted_at: Mutex::new(None),
             log: log_reader,
+            waiters,
         }))
     }
 

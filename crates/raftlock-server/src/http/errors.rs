@@ -134,12 +134,12 @@ impl ApiError {
             (CoreError::AlreadyExists(_), Dialect::Rpc) => {
                 ApiError::new(dialect, StatusCode::CONFLICT, message)
             }
-            (CoreError::ResourceExhausted(_), Dialect::Locks) => {
-                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
-                    .with_code("resource_exhausted")
-            }
-            (CoreError::ResourceExhausted(_), Dialect::Rpc) => {
-                ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
+            (CoreError::ResourceExhausted(_), _) => {
+                let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
+                    .with_code("resource_exhausted");
+                // Budgets free up as waits end and locks go; a second is a fair pause.
+                e.retry_after = Some(1);
+                e
             }
         }
     }

@@ -99,6 +99,10 @@ fn core(e: CoreError) -> ApiError {
     ApiError::from_core(D, e)
 }
 
+/// A waiting call looks at its waiter this often even without a wake-up: a backstop, the
+/// waiter board wakes it as soon as its waiter leaves the queue.
+const WAIT_SAFETY_POLL: Duration = Duration::from_secs(1);
+
 /// A new lease id: `ls_` + 28 random base62 characters.
 fn new_lease_id() -> String {
     format!(
@@ -359,9 +363,24 @@ impl Call {
         let Some(spec) = wait else {
             return Ok(json!(self.try_acquire(&r, None).await?));
         };
-        // Refused for its shape before the cancel guard is armed: such a call writes nothing.
+        // Refused for its shape or a full waiting budget before the cancel guard is armed:
+        // such a call writes nothing (apply checks the budget again).
         Self::acquire_op(&r, Some(spec.clone()))
             .validate()
+            .map_err(core)?;
+        self.node
+            .read_local(|sm, now| {
+                sm.hierarchy().check_wait_budget(
+                    &self.project,
+                    &r.namespace_name,
+                    &r.lock_name,
+                    r.exclusive,
+                    &r.lease_id,
+                    &r.metadata,
+                    &spec,
+                    now,
+                )
+            })
             .map_err(core)?;
         let cancel = HierOp::CancelWait {
             namespace: r.namespace_name.clone(),
@@ -373,7 +392,16 @@ impl Call {
         // Armed before the enqueueing proposal: a client that goes away while it is in
         // flight must not leave a waiter behind (a cancel of an absent waiter is a no-op).
         let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
-        let first = self.try_acquire(&r, Some(spec.clone())).await?;
+        let first = match self.try_acquire(&r, Some(spec.clone())).await {
+            Ok(first) => first,
+            Err(e) => {
+                // Refused at apply (a 4xx): nothing was queued, so there is nothing to cancel.
+                if e.status.is_client_error() {
+                    guard.disarm();
+                }
+                return Err(e);
+            }
+        };
         if first.outcome == AcquireOutcome::Acquired {
             guard.disarm();
             return Ok(json!(first));
@@ -402,7 +430,9 @@ impl Call {
         deadline: tokio::time::Instant,
     ) -> Result<Option<AcquireReply>, ApiError> {
         let _gauge = WaiterGauge::new();
-        let mut applied = self.node.raft.metrics();
+        // Registered before the first look, so a resolution in between is not missed.
+        let registration = self.node.waiters.register(waiter_id);
+        let mut server = self.node.raft.server_metrics();
         let project = self.project.as_str();
         loop {
             let state = self.node.read_local(|sm, now| {
@@ -416,14 +446,19 @@ impl Call {
                     waiter_id,
                     now,
                 )?;
-                let lock = h.get_lock(project, &r.namespace_name, &r.lock_name, now)?;
+                let lock = match state {
+                    WaitState::Granted => {
+                        Some(h.get_lock(project, &r.namespace_name, &r.lock_name, now)?)
+                    }
+                    _ => None,
+                };
                 Ok::<_, CoreError>((state, lock))
             });
             match state.map_err(core)? {
                 (WaitState::Queued, _) => {}
                 (WaitState::Granted, lock) => {
                     return Ok(Some(AcquireReply {
-                        lock,
+                        lock: lock.expect("read when granted"),
                         outcome: AcquireOutcome::Acquired,
                         reason: ContentionReason::Unspecified,
                         blocking_locks: vec![],
@@ -437,12 +472,13 @@ impl Call {
                 // same waiter id keeps its place, instead of learning it at the deadline.
                 return Err(ApiError::unavailable(D, "leadership lost while waiting"));
             }
+            // Woken when apply resolves this waiter, when leadership changes, or by a slow
+            // safety poll; never by unrelated applies.
             tokio::select! {
-                changed = tokio::time::timeout_at(deadline, applied.changed()) => {
-                    if changed.is_err() {
-                        return Ok(None);
-                    }
-                }
+                _ = registration.notify.notified() => {}
+                _ = server.changed() => {}
+                _ = tokio::time::sleep(WAIT_SAFETY_POLL) => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(None),
                 // Answered (and its waiter cancelled by the guard) rather than cut at exit.
                 _ = self.node.stopped() => {
                     return Err(ApiError::unavailable(D, "this node is stopping; retry on another"));
