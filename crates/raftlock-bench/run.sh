@@ -130,6 +130,9 @@ if ((MEM_LOCKS > 0)); then
   RSS=()
   for i in 0 1 2; do RSS+=("$(rss_mib "${PIDS[$i]}")"); done
   DISK=$(du -sh "$WORK/rl/n1" | cut -f1)
+  log "snapshot stall: 16 clients read/acquire/release for 30 s while the leader snapshots"
+  STALL=$("$BIN/raftlock-bench" --threads 1 stall --endpoints "$RL_EPS" --key "$KEY" \
+    --held "$MEM_LOCKS" --clients 16 --seconds 30)
   leader=$(curl -s http://127.0.0.1:7101/readyz | awk '{print $NF}')
   f=1; [[ $leader == 1 ]] && f=2
   log "restarting follower node $f (SIGKILL)"
@@ -165,6 +168,8 @@ Loaded by 256 concurrent acquirers (TTL 1 day) in ${LOAD_S} s; data directory of
 
 - Follower node $f killed with SIGKILL and restarted: ready (\`/readyz\` 200 and a read of a held
   lock answered through it) after **${FOLLOWER_MS} ms**; its RSS then ${FOLLOWER_RSS} MiB. Target ≤ 5 s.
+- Latency while snapshots of that state are built (\`raftlock-bench stall\`): ${STALL}.
+  Target: p99 < 50 ms.
 - Whole cluster stopped (SIGTERM) and restarted: every node ready and serving that read after
   **${CLUSTER_MS} ms** (includes an election).
 MD

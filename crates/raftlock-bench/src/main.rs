@@ -7,6 +7,7 @@
 
 mod conn;
 mod report;
+mod stall;
 mod systems;
 mod workloads;
 
@@ -74,6 +75,20 @@ enum Cmd {
         clients: usize,
         #[arg(long, default_value_t = 86_400)]
         ttl: u64,
+    },
+    /// Latency of a read/acquire/release load while the leader builds snapshots, on a cluster
+    /// already holding `held` locks (`load`'s `mem-*`, key on `load`'s stdout).
+    Stall {
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        key: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        held: usize,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
     },
     /// Aggregate results into a markdown table (between markers of `--md`) and an SVG plot.
     Report {
@@ -208,6 +223,26 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             eprintln!("held {locks} project locks at {rate:.0}/s");
             // The key on stdout, so the caller can read a lock back after a restart.
             println!("{key}");
+            Ok(())
+        }
+        Cmd::Stall {
+            endpoints,
+            key,
+            held,
+            clients,
+            seconds,
+        } => {
+            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
+            let target = Target {
+                system: System::Raftlock,
+                leader,
+                key: Some(key),
+            };
+            let s = stall::run(&target, clients, held, seconds).await?;
+            println!(
+                "{} ops by {clients} clients in {seconds} s with {held} locks held: p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms, errors {}; {} snapshots built meanwhile (mean {:.2} s each)",
+                s.ops, s.p50_ms, s.p99_ms, s.max_ms, s.errors, s.snapshots, s.mean_snapshot_s
+            );
             Ok(())
         }
         Cmd::Report {

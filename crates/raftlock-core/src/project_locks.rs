@@ -6,7 +6,7 @@
 //! - a new lease gets a fresh fencing token and an absolute deadline `t + 90 days`;
 //! - renewals and same-token re-acquires set `expires_at = min(t + ttl, deadline)`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -57,10 +57,13 @@ pub enum LockRead {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectLocks {
     /// project → key → lease. Nested so lookups borrow `&str` without allocating.
-    leases: BTreeMap<String, BTreeMap<String, ProjectLease>>,
+    /// Persistent (structurally shared) maps: cloning the whole set is O(1), so a snapshot
+    /// copies the state in a moment and encodes the copy off the state lock. They encode
+    /// exactly as `BTreeMap`/`BTreeSet` do.
+    leases: OrdMap<String, OrdMap<String, ProjectLease>>,
     /// (takeover-eligible time, project, key): lets a tick forget lapsed leases in time
     /// proportional to what lapsed, not to what exists. Kept exact on every change.
-    by_eligibility: BTreeSet<(Nanos, String, String)>,
+    by_eligibility: OrdSet<(Nanos, String, String)>,
     /// The next fencing token to hand out; one global counter so tokens never fall for any
     /// key (gaps between a key's tokens are allowed).
     next_fencing_token: u64,
@@ -69,8 +72,8 @@ pub struct ProjectLocks {
 impl Default for ProjectLocks {
     fn default() -> Self {
         ProjectLocks {
-            leases: BTreeMap::new(),
-            by_eligibility: BTreeSet::new(),
+            leases: OrdMap::new(),
+            by_eligibility: OrdSet::new(),
             next_fencing_token: FIRST_FENCING_TOKEN,
         }
     }
@@ -232,11 +235,11 @@ impl ProjectLocks {
     /// Forgets every lease that became takeover-eligible at or before `t`.
     pub fn reap(&mut self, t: Nanos) -> usize {
         let mut reaped = 0;
-        while let Some(first) = self.by_eligibility.first() {
+        while let Some(first) = self.by_eligibility.get_min() {
             if first.0 > t {
                 break;
             }
-            let (_, project, key) = self.by_eligibility.pop_first().expect("non-empty");
+            let (_, project, key) = self.by_eligibility.remove_min().expect("non-empty");
             if let Some(keys) = self.leases.get_mut(&project) {
                 keys.remove(&key);
                 if keys.is_empty() {
@@ -277,6 +280,42 @@ mod tests {
 
     const T0: Nanos = 1_700_000_000 * SECOND;
     const A: u128 = 0xA;
+
+    #[test]
+    fn persistent_maps_encode_exactly_as_std_maps() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let pairs = [("b", 2u64), ("a", 1), ("c", 3)];
+        let std_map: BTreeMap<String, BTreeMap<String, u64>> = [(
+            "p".to_string(),
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        )]
+        .into();
+        let ord_map: OrdMap<String, OrdMap<String, u64>> = std::iter::once((
+            "p".to_string(),
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<OrdMap<_, _>>(),
+        ))
+        .collect();
+        let enc = |v: &dyn erased::Enc| v.enc();
+        assert_eq!(enc(&std_map), enc(&ord_map));
+        let std_set: BTreeSet<(i64, String)> = [(2, "x".into()), (1, "y".into())].into();
+        let ord_set: OrdSet<(i64, String)> =
+            [(2, "x".into()), (1, "y".into())].into_iter().collect();
+        assert_eq!(enc(&std_set), enc(&ord_set));
+    }
+
+    mod erased {
+        pub trait Enc {
+            fn enc(&self) -> Vec<u8>;
+        }
+        impl<T: serde::Serialize> Enc for T {
+            fn enc(&self) -> Vec<u8> {
+                crate::codec::encode(self).unwrap()
+            }
+        }
+    }
     const B: u128 = 0xB;
 
     fn s(n: i64) -> Nanos {

@@ -1,0 +1,106 @@
+//! `stall`: latency of a steady read/acquire load on a cluster holding many locks, while the
+//! leader builds snapshots (issue 12: building a snapshot must not stall the node).
+//!
+//! Each client loops: read a held lock (`mem-*`, loaded by `load`), then acquire and release
+//! a lock of its own. The leader's `raftlock_snapshot_duration_seconds_count` is read before
+//! and after, so the report says how many snapshots were built during the measurement.
+
+use std::time::{Duration, Instant};
+
+use hyper::{Method, StatusCode};
+
+use crate::conn::Conn;
+use crate::systems::{rl_lease, rl_read, rl_release, Target};
+
+/// What one run measured.
+pub struct Stall {
+    pub ops: usize,
+    pub errors: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub snapshots: f64,
+    pub mean_snapshot_s: f64,
+}
+
+async fn snapshot_metrics(target: &Target) -> (f64, f64) {
+    let mut c = Conn::new(&target.leader, None);
+    let Ok((StatusCode::OK, body)) = c.call(Method::GET, "/metrics", &[], "").await else {
+        return (0.0, 0.0);
+    };
+    let text = String::from_utf8_lossy(&body);
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("raftlock_snapshot_duration_seconds_count"),
+        value("raftlock_snapshot_duration_seconds_sum"),
+    )
+}
+
+/// Runs `clients` loops for `seconds` over `held` loaded locks.
+pub async fn run(
+    target: &Target,
+    clients: usize,
+    held: usize,
+    seconds: f64,
+) -> anyhow::Result<Stall> {
+    let (count_before, sum_before) = snapshot_metrics(target).await;
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let target = target.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = target.conn();
+            let token = uuid::Uuid::new_v4().to_string();
+            let own = format!("stall-{i}");
+            let (mut lat, mut errors) = (Vec::new(), 0usize);
+            let mut n = i;
+            while Instant::now() < until {
+                n = (n * 7919 + 13) % held.max(1);
+                let t = Instant::now();
+                let read = rl_read(&mut c, &format!("mem-{n}")).await;
+                lat.push(t.elapsed());
+                let t = Instant::now();
+                let acquired = rl_lease(&mut c, Method::POST, &own, &token, 30).await;
+                lat.push(t.elapsed());
+                let t = Instant::now();
+                let released = rl_release(&mut c, &own, &token).await;
+                lat.push(t.elapsed());
+                let ok = matches!(read, Ok(StatusCode::OK))
+                    && matches!(acquired, Ok(StatusCode::OK))
+                    && matches!(released, Ok(StatusCode::NO_CONTENT));
+                errors += usize::from(!ok);
+            }
+            (lat, errors)
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await?;
+        all.extend(lat);
+        errors += e;
+    }
+    let (count_after, sum_after) = snapshot_metrics(target).await;
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let snapshots = count_after - count_before;
+    Ok(Stall {
+        ops: all.len(),
+        errors,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        max_ms: all.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+        snapshots,
+        mean_snapshot_s: if snapshots > 0.0 {
+            (sum_after - sum_before) / snapshots
+        } else {
+            0.0
+        },
+    })
+}
