@@ -257,7 +257,92 @@ impl Cluster {
             })
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Cluster {
+        Self::assemble(dir, nodes, peers, extra, proxy, bin, wrappers, node_env).await
+    }
+
+    /// Like [`Cluster::start_with`], but every node also has a peer listener
+    /// (`--peer-listen`) and `--peers` names those: node-to-node traffic never uses the
+    /// client addresses ([`Cluster::url`]). Returns the cluster and each node's peer address.
+    pub async fn start_with_peer_listeners(
+        n: u64,
+        extra: &[&str],
+    ) -> Result<(Cluster, BTreeMap<u64, String>)> {
+        let dir = tempfile::tempdir()?;
+        let mut nodes = BTreeMap::new();
+        let mut peer_addrs = BTreeMap::new();
+        let mut node_args = BTreeMap::new();
+        for id in 1..=n {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let peer = format!("127.0.0.1:{}", free_port());
+            node_args.insert(id, vec!["--peer-listen".to_string(), peer.clone()]);
+            peer_addrs.insert(id, peer);
+            nodes.insert(
+                id,
+                NodeProc {
+                    addr,
+                    data_dir: dir.path().join(id.to_string()),
+                    child: None,
+                },
+            );
+        }
+        let peers = peer_addrs
+            .iter()
+            .map(|(id, a)| format!("{id}={a}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Self::assemble_unstarted(
+            dir,
+            nodes,
+            peers,
+            extra,
+            None,
+            binary(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+        )?;
+        cluster.node_args = node_args;
+        cluster.start_all().await?;
+        Ok((cluster, peer_addrs))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn assemble(
+        dir: tempfile::TempDir,
+        nodes: BTreeMap<u64, NodeProc>,
+        peers: String,
+        extra: &[&str],
+        proxy: Option<proxy::FaultProxy>,
+        bin: PathBuf,
+        wrappers: BTreeMap<u64, Vec<String>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
+    ) -> Result<Cluster> {
+        let mut cluster =
+            Self::assemble_unstarted(dir, nodes, peers, extra, proxy, bin, wrappers, node_env)?;
+        cluster.start_all().await?;
+        Ok(cluster)
+    }
+
+    async fn start_all(&mut self) -> Result<()> {
+        for id in self.ids() {
+            let peers = self.peers.clone();
+            self.spawn(id, &peers)?;
+        }
+        self.wait_for_leader(Duration::from_secs(15)).await?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble_unstarted(
+        dir: tempfile::TempDir,
+        nodes: BTreeMap<u64, NodeProc>,
+        peers: String,
+        extra: &[&str],
+        proxy: Option<proxy::FaultProxy>,
+        bin: PathBuf,
+        wrappers: BTreeMap<u64, Vec<String>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
+    ) -> Result<Cluster> {
+        Ok(Cluster {
             nodes,
             peers,
             secret: format!("secret-{}", uuid::Uuid::new_v4()),
@@ -272,12 +357,7 @@ impl Cluster {
             proxy,
             bin,
             wrappers,
-        };
-        for id in 1..=n {
-            cluster.spawn(id, &cluster.peers.clone())?;
-        }
-        cluster.wait_for_leader(Duration::from_secs(15)).await?;
-        Ok(cluster)
+        })
     }
 
     fn spawn(&mut self, id: u64, peers: &str) -> Result<()> {

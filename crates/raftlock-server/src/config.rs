@@ -75,6 +75,12 @@ pub struct ServeArgs {
     /// the kernel's accept queue.
     #[arg(long, env = "RAFTLOCK_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// A separate address for node-to-node traffic (Raft RPCs, forwarded requests,
+    /// hand-off, pre-vote), e.g. 10.0.0.5:7002. When set, `--peers` names these addresses,
+    /// the client listener refuses peer traffic, and Raft never queues behind clients (each
+    /// listener has its own accept loop and connection cap). Default: one listener for both.
+    #[arg(long, env = "RAFTLOCK_PEER_LISTEN")]
+    pub peer_listen: Option<String>,
 }
 
 /// The resolved configuration of one node.
@@ -100,6 +106,8 @@ pub struct Config {
     pub max_clock_offset: Duration,
     /// See [`ServeArgs::max_connections`].
     pub max_connections: usize,
+    /// See [`ServeArgs::peer_listen`].
+    pub peer_listen: Option<String>,
     /// Never initialize; wait to be added as a learner.
     pub join: bool,
 }
@@ -156,6 +164,7 @@ impl ServeArgs {
             log: self.log.or(other.log),
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
             max_connections: self.max_connections.or(other.max_connections),
+            peer_listen: self.peer_listen.or(other.peer_listen),
             join: self.join || other.join,
         }
     }
@@ -178,7 +187,7 @@ impl ServeArgs {
         let listen = a.listen.unwrap_or_else(|| "127.0.0.1:7001".to_string());
         let peers = match &a.peers {
             Some(text) => parse_peers(text)?,
-            None => BTreeMap::from([(node_id, listen.clone())]),
+            None => BTreeMap::from([(node_id, a.peer_listen.clone().unwrap_or(listen.clone()))]),
         };
         if !peers.contains_key(&node_id) {
             bail!("--peers must list this node's id {node_id}");
@@ -211,6 +220,7 @@ impl ServeArgs {
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
             max_connections: a.max_connections.unwrap_or(8192),
+            peer_listen: a.peer_listen,
             join: a.join,
         })
     }

@@ -38,16 +38,34 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(node_id = config.node_id, listen = %config.listen, data_dir = %config.data_dir.display(), "starting raftlock node");
+    let peer_listener = match &config.peer_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the peer listener {addr}"))?,
+        ),
+        None => None,
+    };
     let node = node::Node::start(config).await?;
-    let app = http::router(node.clone());
     let max_connections = node.config.max_connections;
-    let (stop_listening, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        let stop = async {
-            stopped.await.ok();
-        };
-        listener::serve(listener, app, max_connections, stop).await
-    });
+    let (stop_listening, stopped) = tokio::sync::watch::channel(false);
+    let serve_on = |listener, app| {
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            listener::serve(listener, app, max_connections, stop).await
+        })
+    };
+    let mut servers = Vec::new();
+    match peer_listener {
+        Some(peers) => {
+            servers.push(serve_on(listener, http::client_router(node.clone())));
+            servers.push(serve_on(peers, http::router(node.clone())));
+        }
+        None => servers.push(serve_on(listener, http::router(node.clone()))),
+    }
     election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
     node.spawn_ticker();
@@ -56,8 +74,10 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     step_down(&node).await;
     // Stop accepting; open connections finish what they carry (a request that arrives now
     // is still forwarded to the new leader), then Raft stops.
-    let _ = stop_listening.send(());
-    server.await??;
+    let _ = stop_listening.send(true);
+    for server in servers {
+        server.await??;
+    }
     node.raft.shutdown().await.ok();
     Ok(())
 }

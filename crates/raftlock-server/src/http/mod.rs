@@ -78,6 +78,24 @@ pub fn router(node: SharedNode) -> Router {
         )
 }
 
+/// The router of the client listener when peers have their own (`--peer-listen`): the
+/// same routes, but node-to-node traffic is refused here, so it can only arrive on the peer
+/// listener (and the peer routes need not be reachable from the client network).
+pub fn client_router(node: SharedNode) -> Router {
+    router(node).layer(middleware::from_fn(refuse_peer_traffic))
+}
+
+async fn refuse_peer_traffic(req: Request, next: Next) -> Response {
+    let peer = req.uri().path().starts_with("/internal/")
+        || req.headers().contains_key(forward::HOPS_HEADER);
+    if peer {
+        let d = Dialect::of_path(req.uri().path());
+        let message = "node-to-node traffic is served on the peer listener (--peer-listen)";
+        return ApiError::new(d, StatusCode::NOT_FOUND, message).into_response();
+    }
+    next.run(req).await
+}
+
 async fn method_not_allowed(req: Request) -> ApiError {
     let d = Dialect::of_path(req.uri().path());
     let message = format!(

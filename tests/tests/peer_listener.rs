@@ -1,0 +1,133 @@
+//! `--peer-listen` (issue 12): node-to-node traffic on its own listener, refused on the
+//! client one, and never queued behind clients.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use raftlock_tests::{token, Cluster, Locks};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result<()> {
+    // A small connection cap per listener, so the client side is easy to fill.
+    let (cluster, peer_addrs) =
+        Cluster::start_with_peer_listeners(3, &["--max-connections", "64"]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let via_follower = Locks::new(&cluster, follower, &key);
+    assert_eq!(
+        via_follower.acquire("a", &token(), 30).await?.status,
+        200,
+        "forwarded over the peer listener"
+    );
+
+    // The client listener refuses node-to-node routes and forwarded requests.
+    let http = reqwest::Client::new();
+    let raft = http
+        .post(cluster.url(leader, "/internal/raft/vote"))
+        .body(Vec::<u8>::new())
+        .send()
+        .await?;
+    assert_eq!(raft.status(), 404, "Raft RPC on the client listener");
+    let hop = http
+        .get(cluster.url(leader, "/locks/a"))
+        .header("x-raftlock-hops", "1")
+        .bearer_auth(&key)
+        .send()
+        .await?;
+    assert_eq!(
+        hop.status(),
+        404,
+        "a forwarded request on the client listener"
+    );
+    // ... and the peer listener serves them (a vote without the secret is refused, not 404).
+    let peer_vote = http
+        .post(format!("http://{}/internal/raft/vote", peer_addrs[&leader]))
+        .body(Vec::<u8>::new())
+        .send()
+        .await?;
+    assert_ne!(peer_vote.status(), 404);
+
+    // Fill the leader's client listener with clients that legitimately hold their
+    // connections: blocking acquires waiting on a held lock (idle sockets would be closed
+    // by the header timeout).
+    let witness = cluster.other_than(&[leader, follower]);
+    let term = cluster.metric(witness, "raftlock_raft_term").await;
+    let direct = Locks::new(&cluster, leader, &key);
+    let ok = |r: raftlock_tests::Answer| {
+        assert_eq!(r.status, 200, "{r:?}");
+        r.body
+    };
+    ok(direct
+        .rpc("CreateNamespace", json!({ "name": "ns" }))
+        .await?);
+    let lease = |p: &str| json!({ "namespace_name": "ns", "process_id": p, "ttl_seconds": 120 });
+    let holder =
+        ok(direct.rpc("CreateLockLease", lease("holder")).await?)["lease"]["lease_id"].clone();
+    let held = json!({ "namespace_name": "ns", "lock_name": "top", "lease_id": holder, "exclusive": true });
+    ok(direct.rpc("AcquireLock", held).await?);
+    let mut hogs = Vec::new();
+    for i in 0..80 {
+        if i % 40 == 0 {
+            let waiter = ok(direct.rpc("CreateLockLease", lease("waiter")).await?)["lease"]
+                ["lease_id"]
+                .clone();
+            hogs.push(waiter);
+        }
+    }
+    let waiters: Vec<_> = hogs.drain(..).collect();
+    let url = cluster.url(leader, "/v1beta/AcquireLock");
+    let mut waits = Vec::new();
+    for i in 0..80 {
+        let body = json!({ "namespace_name": "ns", "lock_name": format!("top/{i}"), "lease_id": waiters[i / 40], "exclusive": true, "timeout_seconds": 60 });
+        let req = http.post(&url).bearer_auth(&key).json(&body);
+        waits.push(tokio::spawn(
+            async move { req.send().await.map(|r| r.status()) },
+        ));
+    }
+    // Saturated: the leader's client listener takes no new connection.
+    let probe = reqwest::Client::builder()
+        .pool_max_idle_per_host(0) // a new connection per probe
+        .timeout(Duration::from_millis(500))
+        .build()?;
+    let health = cluster.url(leader, "/healthz");
+    raftlock_tests::eventually(Duration::from_secs(10), "client listener full", || async {
+        probe.get(&health).send().await.is_err().then_some(())
+    })
+    .await?;
+    // A follower restarted now needs new connections to the leader (pre-vote, forwards):
+    // they go to the leader's peer listener, which the hogs cannot reach. (With one listener
+    // for both, its forwards queue behind the hogs and time out: seen failing.)
+    let mut cluster = cluster;
+    cluster.kill(follower);
+    cluster.restart(follower)?;
+    let via_follower = Locks::new(&cluster, follower, &key);
+    raftlock_tests::eventually(
+        Duration::from_secs(10),
+        "restarted follower serving",
+        || async {
+            let r = via_follower.read("a").await.ok()?;
+            (r.status == 200).then_some(())
+        },
+    )
+    .await?;
+    for i in 0..20 {
+        let r = via_follower.acquire(&format!("k{i}"), &token(), 30).await?;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await; // many heartbeats and election timeouts
+    assert_eq!(
+        cluster.wait_for_leader(Duration::from_secs(1)).await?,
+        leader
+    );
+    assert_eq!(
+        cluster.metric(leader, "raftlock_raft_term").await,
+        term,
+        "no election"
+    );
+    for w in waits {
+        w.abort();
+    }
+    Ok(())
+}
