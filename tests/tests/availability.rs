@@ -10,6 +10,11 @@ use raftlock_tests::{eventually, token, Cluster, Locks};
 use serde_json::json;
 use tokio::sync::watch;
 
+/// These tests measure gaps and failover times in wall-clock terms; on a 2-core machine two
+/// of them at once (cargo runs a binary's tests in parallel) stretch each other's numbers.
+/// Each holds this for its whole run.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Moves leadership off `node` with the admin API, if it leads.
 async fn lead_elsewhere(cluster: &Cluster, node: u64) -> anyhow::Result<u64> {
     let mut leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
@@ -31,6 +36,7 @@ async fn lead_elsewhere(cluster: &Cluster, node: u64) -> anyhow::Result<u64> {
 #[tokio::test]
 async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leader_kills(
 ) -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
@@ -103,6 +109,7 @@ async fn a_volcano_style_client_on_a_follower_keeps_its_lock_through_three_leade
 /// repeat, is answered 200 by the new leader rather than 503.
 #[tokio::test]
 async fn with_the_leader_frozen_a_follower_answers_within_the_deadline() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
@@ -272,12 +279,14 @@ impl Load {
 // keep running meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_of_the_leader_hands_off_without_a_client_error() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     sigterm_hand_off(3, Duration::from_millis(300)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_of_the_leader_of_5_voters_hands_off_without_a_client_error() -> anyhow::Result<()>
 {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     sigterm_hand_off(5, Duration::from_millis(800)).await
 }
 
@@ -311,6 +320,7 @@ async fn sigterm_hand_off(voters: u64, max_gap: Duration) -> anyhow::Result<()> 
 /// election with the 250 ms election timeout on this 2-core machine).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_cluster_under_load_keeps_its_term() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     cluster.lift_rate_limit("acme").await?;
@@ -341,6 +351,7 @@ async fn a_steady_cluster_under_load_keeps_its_term() -> anyhow::Result<()> {
 /// client error, no unanswered request, fencing tokens keep increasing per lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     cluster.lift_rate_limit("acme").await?;
@@ -377,6 +388,7 @@ async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<
 /// under the chaos goal of 1.5 s, and prints the figures.
 #[tokio::test]
 async fn killing_the_leader_20_times_serving_again_in_under_a_second() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     cluster.lift_rate_limit("acme").await?;
@@ -421,6 +433,7 @@ async fn killing_the_leader_20_times_serving_again_in_under_a_second() -> anyhow
 /// leader: the leader and its term stay the same (pre-vote, issue 13).
 #[tokio::test]
 async fn a_partitioned_or_restarted_follower_does_not_depose_the_leader() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     use raftlock_tests::proxy::Rule;
     let mut cluster = Cluster::start_behind_proxy(3, &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
@@ -478,6 +491,7 @@ async fn caught_up(cluster: &Cluster, id: u64) -> anyhow::Result<()> {
 #[tokio::test]
 async fn sdk_with_lock_and_cli_lock_run_keep_their_locks_through_three_leader_kills(
 ) -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let mut cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
