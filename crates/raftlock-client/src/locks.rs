@@ -147,9 +147,8 @@ impl Client {
     /// `POST /locks/{key}/lease`: acquires (or re-acquires with the same token) for `ttl`.
     ///
     /// An uncertain attempt (no answer after sending, or `503`) is retried with the same lock
-    /// token and request id: the server applies one request id once and answers a repeat
-    /// with the first outcome, so a lost answer cannot leave a lease the caller does not know
-    /// about.
+    /// token: re-acquiring with the token of a live lease keeps its fencing token, so a lost
+    /// answer cannot leave a lease the caller does not know about.
     pub async fn acquire(&self, key: &str, token: LockToken, ttl: Duration) -> Result<Acquire> {
         let call = Call::new(Method::POST, lease_path(key))
             .header(LOCK_TOKEN_HEADER, token.to_string())

@@ -6,9 +6,10 @@
 //!   server, so the next endpoint is tried freely.
 //! * A `503`, or a transport failure after the request was sent, is *uncertain*: the server
 //!   may have applied it. Idempotent calls go on to the next endpoint until the failover
-//!   budget is spent: reads, and every write the server applies once per request id (§4
-//!   acquire/renew/release, §5 creates, updates, revokes, releases — a repeat within ten
-//!   minutes gets the first outcome). Calls marked [`Retry::Once`] are retried once.
+//!   budget is spent: reads; writes whose repeat is harmless (§4 acquire with the same token,
+//!   renew; §5 refresh); and every write the server applies once per request id (§4
+//!   release, §5 creates, updates, deletes, revokes, releases — a repeat within the server's
+//!   window gets the first outcome). Calls marked [`Retry::Once`] are retried once.
 //! * Every attempt of one logical call carries the same `X-Volcano-Request-Id`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

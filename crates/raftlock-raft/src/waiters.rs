@@ -27,7 +27,15 @@ pub struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.board.lock().remove(&self.id);
+        // Only its own entry: a repeat of the same call (a forward sent again) may have
+        // registered the same waiter id since, and must keep its wake-ups.
+        let mut calls = self.board.lock();
+        if calls
+            .get(&self.id)
+            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+        {
+            calls.remove(&self.id);
+        }
     }
 }
 
@@ -97,6 +105,15 @@ mod tests {
         assert!(b_woke.is_err(), "b was not resolved");
         drop(a);
         assert_eq!(board.len(), 1);
+        // A second registration of one id survives the first one's end.
+        let first = board.register("c");
+        let second = board.register("c");
+        drop(first);
+        board.resolved(&["c".to_string()]);
+        tokio::time::timeout(Duration::from_secs(1), second.notify.notified())
+            .await
+            .expect("the newer registration still wakes");
+        drop(second);
         board.all();
         tokio::time::timeout(Duration::from_secs(1), b.notify.notified())
             .await

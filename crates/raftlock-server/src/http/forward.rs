@@ -162,6 +162,10 @@ async fn route(
         let mut metrics = node.raft.metrics();
         let pause = (Instant::now() + RETRY_PAUSE).min(call.deadline);
         let leader_news = async {
+            // News may already be here (the attempt failed because of it): no pause then.
+            if metrics.borrow_and_update().current_leader != Some(leader_id) {
+                return;
+            }
             while metrics.changed().await.is_ok() {
                 if metrics.borrow().current_leader != Some(leader_id) {
                     break;

@@ -67,12 +67,14 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientRequestId {
     }
 }
 
-/// Whether `method path` is applied once per client request id: every §4 write, and the §5
-/// writes except `AcquireLock` (already repeatable: a blocking wait has its own id, and
-/// re-acquiring under the same lease is allowed).
+/// Whether `method path` is applied once per client request id: the writes whose repeat
+/// could change state or answer differently — §4 release and force release; §5 creates,
+/// updates, deletes, revoke and release. Not acquire, renew, `RefreshLockLease` or
+/// `AcquireLock`: they are already safe to repeat, and remembering them would let a client
+/// that reuses one id across renewals get a stale answer while its lease is not extended.
 pub fn remembers(method: &Method, path: &str) -> bool {
     if path.starts_with("/locks/") {
-        return method == Method::POST || method == Method::PATCH || method == Method::DELETE;
+        return method == Method::DELETE;
     }
     match path.strip_prefix("/v1beta/") {
         Some(rpc) => matches!(
@@ -81,7 +83,6 @@ pub fn remembers(method: &Method, path: &str) -> bool {
                 | "UpdateNamespace"
                 | "DeleteNamespace"
                 | "CreateLockLease"
-                | "RefreshLockLease"
                 | "RevokeLockLease"
                 | "ReleaseLock"
                 | "DeleteLock"
@@ -93,7 +94,10 @@ pub fn remembers(method: &Method, path: &str) -> bool {
 /// Whether `op` (a §5 write) is proposed under the client's id; see [`remembers`].
 pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
     use raftlock_core::command::HierOp;
-    !matches!(op, HierOp::AcquireLock { .. } | HierOp::CancelWait { .. })
+    !matches!(
+        op,
+        HierOp::AcquireLock { .. } | HierOp::CancelWait { .. } | HierOp::RefreshLease { .. }
+    )
 }
 
 #[cfg(test)]
@@ -103,7 +107,11 @@ mod tests {
     #[test]
     fn writes_are_remembered_and_reads_and_acquires_are_not() {
         assert!(remembers(&Method::DELETE, "/locks/a/lease"));
+        assert!(remembers(&Method::DELETE, "/locks/a"));
         assert!(remembers(&Method::POST, "/v1beta/CreateLockLease"));
+        assert!(!remembers(&Method::POST, "/locks/a/lease"));
+        assert!(!remembers(&Method::PATCH, "/locks/a/lease"));
+        assert!(!remembers(&Method::POST, "/v1beta/RefreshLockLease"));
         assert!(!remembers(&Method::GET, "/locks/a"));
         assert!(!remembers(&Method::POST, "/v1beta/AcquireLock"));
         assert!(!remembers(&Method::POST, "/v1beta/GetLock"));

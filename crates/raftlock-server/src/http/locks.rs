@@ -106,7 +106,6 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
 async fn lease_call(
     node: SharedNode,
     key: String,
-    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
     make: fn(u128, u64) -> LockAction,
@@ -116,13 +115,16 @@ async fn lease_call(
     let token = lock_token(&headers)?;
     let TtlBody { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
+    // Not under the request id: acquire and renew are already safe to repeat (the token
+    // names the lease), and a client that reused one id across renewals would otherwise get
+    // the first renewal's answer back and its lease would silently not be extended.
     let reply = decide(
         &node,
-        id.wrap(Op::ProjectLock {
+        Op::ProjectLock {
             project,
             key,
             action: make(token, ttl_seconds),
-        }),
+        },
     )
     .await?;
     lease_body(reply)
@@ -131,12 +133,11 @@ async fn lease_call(
 async fn acquire(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
-    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, headers, body, |token, ttl_seconds| {
         LockAction::Acquire { token, ttl_seconds }
     })
     .await
@@ -145,12 +146,11 @@ async fn acquire(
 async fn renew(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
-    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, headers, body, |token, ttl_seconds| {
         LockAction::Renew { token, ttl_seconds }
     })
     .await

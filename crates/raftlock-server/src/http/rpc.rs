@@ -476,7 +476,11 @@ impl Call {
             // safety poll; never by unrelated applies.
             tokio::select! {
                 _ = registration.notify.notified() => {}
-                _ = server.changed() => {}
+                changed = server.changed() => {
+                    if changed.is_err() {
+                        return Err(ApiError::unavailable(D, "raft stopped while waiting"));
+                    }
+                }
                 _ = tokio::time::sleep(WAIT_SAFETY_POLL) => {}
                 _ = tokio::time::sleep_until(deadline) => return Ok(None),
                 // Answered (and its waiter cancelled by the guard) rather than cut at exit.
