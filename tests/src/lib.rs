@@ -376,7 +376,7 @@ impl Cluster {
             }
             None => Command::new(&self.bin),
         };
-        let child = command
+        let cmd = command
             .args([
                 "serve",
                 "--node-id",
@@ -400,9 +400,9 @@ impl Cluster {
             .env("RAFTLOCK_LOG", log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .with_context(|| format!("spawning {}", self.bin.display()))?;
+            .stderr(stderr);
+        let child =
+            spawn_retrying_busy(cmd).with_context(|| format!("spawning {}", self.bin.display()))?;
         node.child = Some(child);
         Ok(())
     }
@@ -788,6 +788,22 @@ pub fn raise_fd_limit(want: u64) {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
             lim.rlim_cur = want.min(lim.rlim_max);
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Spawns `cmd`, retrying while the kernel says the binary is busy (`ETXTBSY`): a test that
+/// just copied a private binary can meet a child that another test forked meanwhile and that
+/// still holds the copy's write descriptor until it execs.
+fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
         }
     }
 }
