@@ -127,8 +127,17 @@ where
 
 struct NodeProc {
     addr: String,
+    /// Its peer listener (`--peer-listen`), when it has one apart from `addr`.
+    peer_addr: Option<String>,
     data_dir: PathBuf,
     child: Option<Child>,
+}
+
+impl NodeProc {
+    /// Where other nodes reach it.
+    fn peer_addr(&self) -> &str {
+        self.peer_addr.as_deref().unwrap_or(&self.addr)
+    }
 }
 
 /// A cluster of real processes on loopback.
@@ -190,13 +199,13 @@ impl Cluster {
         extra: &[&str],
         env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
-        Self::launch_with(n, extra, true, BTreeMap::new(), env).await
+        Self::launch_with(n, extra, true, false, BTreeMap::new(), env).await
     }
 
     /// Like [`Cluster::start`], but node `id` runs as `wrapper... raftlock serve ...` for every
     /// `(id, wrapper)` in `wrappers` (a syscall tracer, for instance).
     pub async fn start_wrapped(n: u64, wrappers: BTreeMap<u64, Vec<String>>) -> Result<Cluster> {
-        Self::launch_with(n, &[], false, wrappers, BTreeMap::new()).await
+        Self::launch_with(n, &[], false, false, wrappers, BTreeMap::new()).await
     }
 
     /// Like [`Cluster::start`], with extra environment for some nodes from the first start
@@ -205,17 +214,44 @@ impl Cluster {
         n: u64,
         env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
-        Self::launch_with(n, &[], false, BTreeMap::new(), env).await
+        Self::launch_with(n, &[], false, false, BTreeMap::new(), env).await
     }
 
     async fn launch(n: u64, extra: &[&str], behind_proxy: bool) -> Result<Cluster> {
-        Self::launch_with(n, extra, behind_proxy, BTreeMap::new(), BTreeMap::new()).await
+        Self::launch_with(
+            n,
+            extra,
+            behind_proxy,
+            false,
+            BTreeMap::new(),
+            BTreeMap::new(),
+        )
+        .await
+    }
+
+    /// Like [`Cluster::start_with`], but every node also has a peer listener
+    /// (`--peer-listen`, kept for every incarnation) and `--peers` names those: node-to-node
+    /// traffic never uses the client addresses ([`Cluster::url`]). Returns the cluster and
+    /// each node's peer address.
+    pub async fn start_with_peer_listeners(
+        n: u64,
+        extra: &[&str],
+    ) -> Result<(Cluster, BTreeMap<u64, String>)> {
+        let cluster =
+            Self::launch_with(n, extra, false, true, BTreeMap::new(), BTreeMap::new()).await?;
+        let peer_addrs = cluster
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| Some((*id, n.peer_addr.clone()?)))
+            .collect();
+        Ok((cluster, peer_addrs))
     }
 
     async fn launch_with(
         n: u64,
         extra: &[&str],
         behind_proxy: bool,
+        peer_listeners: bool,
         wrappers: BTreeMap<u64, Vec<String>>,
         node_env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
@@ -223,10 +259,12 @@ impl Cluster {
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
             let addr = format!("127.0.0.1:{}", free_port());
+            let peer_addr = peer_listeners.then(|| format!("127.0.0.1:{}", free_port()));
             nodes.insert(
                 id,
                 NodeProc {
                     addr,
+                    peer_addr,
                     data_dir: dir.path().join(id.to_string()),
                     child: None,
                 },
@@ -244,7 +282,10 @@ impl Cluster {
             binary()
         };
         let proxy = if behind_proxy {
-            let targets = nodes.iter().map(|(id, n)| (*id, n.addr.clone())).collect();
+            let targets = nodes
+                .iter()
+                .map(|(id, n)| (*id, n.peer_addr().to_string()))
+                .collect();
             Some(proxy::FaultProxy::start(&targets).await?)
         } else {
             None
@@ -252,97 +293,14 @@ impl Cluster {
         let peers = nodes
             .iter()
             .map(|(id, n)| {
-                let addr = proxy.as_ref().map_or(n.addr.clone(), |p| p.addr(*id));
+                let addr = proxy
+                    .as_ref()
+                    .map_or(n.peer_addr().to_string(), |p| p.addr(*id));
                 format!("{id}={addr}")
             })
             .collect::<Vec<_>>()
             .join(",");
-        Self::assemble(dir, nodes, peers, extra, proxy, bin, wrappers, node_env).await
-    }
-
-    /// Like [`Cluster::start_with`], but every node also has a peer listener
-    /// (`--peer-listen`) and `--peers` names those: node-to-node traffic never uses the
-    /// client addresses ([`Cluster::url`]). Returns the cluster and each node's peer address.
-    pub async fn start_with_peer_listeners(
-        n: u64,
-        extra: &[&str],
-    ) -> Result<(Cluster, BTreeMap<u64, String>)> {
-        let dir = tempfile::tempdir()?;
-        let mut nodes = BTreeMap::new();
-        let mut peer_addrs = BTreeMap::new();
-        let mut node_args = BTreeMap::new();
-        for id in 1..=n {
-            let addr = format!("127.0.0.1:{}", free_port());
-            let peer = format!("127.0.0.1:{}", free_port());
-            node_args.insert(id, vec!["--peer-listen".to_string(), peer.clone()]);
-            peer_addrs.insert(id, peer);
-            nodes.insert(
-                id,
-                NodeProc {
-                    addr,
-                    data_dir: dir.path().join(id.to_string()),
-                    child: None,
-                },
-            );
-        }
-        let peers = peer_addrs
-            .iter()
-            .map(|(id, a)| format!("{id}={a}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut cluster = Self::assemble_unstarted(
-            dir,
-            nodes,
-            peers,
-            extra,
-            None,
-            binary(),
-            BTreeMap::new(),
-            BTreeMap::new(),
-        )?;
-        cluster.node_args = node_args;
-        cluster.start_all().await?;
-        Ok((cluster, peer_addrs))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn assemble(
-        dir: tempfile::TempDir,
-        nodes: BTreeMap<u64, NodeProc>,
-        peers: String,
-        extra: &[&str],
-        proxy: Option<proxy::FaultProxy>,
-        bin: PathBuf,
-        wrappers: BTreeMap<u64, Vec<String>>,
-        node_env: BTreeMap<u64, Vec<(String, String)>>,
-    ) -> Result<Cluster> {
-        let mut cluster =
-            Self::assemble_unstarted(dir, nodes, peers, extra, proxy, bin, wrappers, node_env)?;
-        cluster.start_all().await?;
-        Ok(cluster)
-    }
-
-    async fn start_all(&mut self) -> Result<()> {
-        for id in self.ids() {
-            let peers = self.peers.clone();
-            self.spawn(id, &peers)?;
-        }
-        self.wait_for_leader(Duration::from_secs(15)).await?;
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn assemble_unstarted(
-        dir: tempfile::TempDir,
-        nodes: BTreeMap<u64, NodeProc>,
-        peers: String,
-        extra: &[&str],
-        proxy: Option<proxy::FaultProxy>,
-        bin: PathBuf,
-        wrappers: BTreeMap<u64, Vec<String>>,
-        node_env: BTreeMap<u64, Vec<(String, String)>>,
-    ) -> Result<Cluster> {
-        Ok(Cluster {
+        let mut cluster = Cluster {
             nodes,
             peers,
             secret: format!("secret-{}", uuid::Uuid::new_v4()),
@@ -357,7 +315,12 @@ impl Cluster {
             proxy,
             bin,
             wrappers,
-        })
+        };
+        for id in 1..=n {
+            cluster.spawn(id, &cluster.peers.clone())?;
+        }
+        cluster.wait_for_leader(Duration::from_secs(15)).await?;
+        Ok(cluster)
     }
 
     fn spawn(&mut self, id: u64, peers: &str) -> Result<()> {
@@ -386,6 +349,11 @@ impl Cluster {
                 "--peers",
                 peers,
             ])
+            .args(
+                node.peer_addr
+                    .iter()
+                    .flat_map(|a| ["--peer-listen", a.as_str()]),
+            )
             .arg("--data-dir")
             .arg(&node.data_dir)
             .args([
@@ -415,6 +383,7 @@ impl Cluster {
             id,
             NodeProc {
                 addr: addr.clone(),
+                peer_addr: None,
                 data_dir,
                 child: None,
             },

@@ -108,6 +108,22 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
         },
     )
     .await?;
+    // And the leader reaches the restarted node's peer listener: it catches up.
+    let target = cluster
+        .metric(witness, "raftlock_raft_last_log_index")
+        .await
+        .unwrap_or(0.0);
+    raftlock_tests::eventually(
+        Duration::from_secs(10),
+        "restarted follower caught up",
+        || async {
+            let applied = cluster
+                .metric(follower, "raftlock_raft_applied_index")
+                .await?;
+            (applied >= target).then_some(())
+        },
+    )
+    .await?;
     for i in 0..20 {
         let r = via_follower.acquire(&format!("k{i}"), &token(), 30).await?;
         assert_eq!(r.status, 200, "{r:?}");
