@@ -1320,9 +1320,7 @@ impl Hierarchy {
     /// Number of queued acquires in all namespaces (metrics).
     pub fn waiter_count(&self) -> usize {
         let spaces = self.projects.values().flat_map(|p| p.values());
-        spaces
-            .map(|ns| ns.waiters.values().map(VecDeque::len).sum::<usize>())
-            .sum()
+        spaces.map(|ns| ns.waiter_usage().count).sum()
     }
 
     /// Would `lease_id` be blocked on `lock_name` at `now`? (Used by waiting servers.)
