@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use raftlock_tests::proxy::Rule;
 use raftlock_tests::{token, Answer, Cluster, Locks};
 use reqwest::Method;
@@ -55,11 +57,7 @@ async fn lease_ids(api: &Locks, ns: &str) -> anyhow::Result<Vec<String>> {
         .rpc("ListLockLeases", json!({ "namespace_name": ns }))
         .await?;
     assert_eq!(r.status, 200, "{r:?}");
-    let leases = r.body["lock_leases"]
-        .as_array()
-        .or(r.body["leases"].as_array())
-        .cloned()
-        .unwrap_or_default();
+    let leases = r.body["leases"].as_array().context("leases")?;
     Ok(leases
         .iter()
         .filter_map(|l: &Value| l["lease_id"].as_str().map(str::to_string))
