@@ -81,14 +81,15 @@ fn acquire(ns: &str, lock_name: String, exclusive: bool, lease_id: String) -> Op
 
 /// A namespace with `held` locks held by up to 1,000 leases, plus the lease `bench`.
 fn hier_state(held: usize) -> StateMachine {
-    // The default quota is exactly 1,000,000 locks per namespace; raise it so the measured
-    // acquire of one more lock is not refused.
+    // The default quota is exactly 1,000,000 locks per namespace, and 1M holds take ~1 GiB,
+    // past the project's byte budget: raise both so the measured acquire is not refused.
     let mut sm = StateMachine::new(Limits {
         quotas: Quotas {
             locks_per_namespace: 2_000_000,
             ..Quotas::default()
         },
-    });
+    })
+    .with_byte_quotas(1 << 40, 1 << 40);
     let leases = held.div_ceil(1000).max(1);
     apply_all(
         &mut sm,

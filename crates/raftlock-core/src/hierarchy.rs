@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{self, ProjectBytes, Scratch};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
@@ -243,18 +244,6 @@ pub struct WaiterUsage {
     pub bytes: usize,
 }
 
-/// A notification side channel kept next to the state but not part of it: never encoded,
-/// and equal to any other, so replicas and snapshots compare as before.
-#[derive(Debug, Clone, Default)]
-pub struct Scratch<T>(T);
-
-impl<T> PartialEq for Scratch<T> {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl<T> Eq for Scratch<T> {}
-
 /// (project, namespace) pairs whose `resolved` lists may hold ids, and the ids of waiters in
 /// namespaces deleted since the server last collected them.
 type Touched = (BTreeSet<(String, String)>, Vec<String>);
@@ -285,6 +274,11 @@ pub struct Namespace {
     /// O(1) per namespace; `None` (after decoding a snapshot) means "count it".
     #[serde(skip)]
     usage: Scratch<Option<WaiterUsage>>,
+    /// Bytes this namespace is charged against its project's byte budget (itself, its
+    /// leases and holds; see [`budget`]), kept up to date by every change; `None` (after
+    /// decoding) means "count it".
+    #[serde(skip)]
+    stored: Scratch<Option<usize>>,
     /// The lock quota in force, so grants made while pumping the queue respect it too.
     #[serde(default = "default_lock_quota")]
     lock_quota: usize,
@@ -317,6 +311,31 @@ fn bump(map: &mut BTreeMap<String, Counts>, path: &str, exclusive: bool, up: boo
 }
 
 impl Namespace {
+    /// What this namespace is charged against its project's byte budget.
+    fn stored_bytes(&self) -> usize {
+        self.stored.0.unwrap_or_else(|| self.count_stored())
+    }
+
+    /// [`Namespace::stored_bytes`] counted from the records.
+    fn count_stored(&self) -> usize {
+        let own = budget::namespace_bytes(&self.description, &self.metadata);
+        let leases: usize = (self.leases.iter())
+            .map(|(id, l)| budget::lease_bytes(id, &l.process_id))
+            .sum();
+        let holds: usize = (self.locks.iter())
+            .flat_map(|(name, r)| r.holders.iter().map(move |(id, h)| (name, id, h)))
+            .map(|(name, id, h)| budget::holder_bytes(name, id, &h.metadata))
+            .sum();
+        own + leases + holds
+    }
+
+    /// Records a change of `before` → `after` bytes in the kept total (if kept).
+    fn restate(&mut self, before: usize, after: usize) {
+        if let Some(stored) = &mut self.stored.0 {
+            *stored = *stored + after - before;
+        }
+    }
+
     fn view(&self, name: &str) -> NamespaceView {
         NamespaceView {
             name: name.to_string(),
@@ -463,6 +482,7 @@ impl Namespace {
         if rec.holders.is_empty() {
             self.locks.remove(name);
         }
+        self.restate(budget::holder_bytes(name, lease_id, &holder.metadata), 0);
         self.index_hold(lease_id, name, holder.exclusive, false);
         self.pump_around(name, t);
     }
@@ -478,7 +498,9 @@ impl Namespace {
         for name in names {
             self.drop_hold(lease_id, &name, t);
         }
-        self.leases.remove(lease_id)
+        let lease = self.leases.remove(lease_id)?;
+        self.restate(budget::lease_bytes(lease_id, &lease.process_id), 0);
+        Some(lease)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -491,6 +513,7 @@ impl Namespace {
         t: Nanos,
         quotas: &Quotas,
         wait: Option<(&WaitSpec, WaiterUsage)>,
+        room: usize,
     ) -> Result<AcquireReply> {
         if !self.lease_live(lease_id, t) {
             return Err(CoreError::NotFound("lease".into()));
@@ -508,6 +531,12 @@ impl Namespace {
                 self.enqueue(lease_id, name, exclusive, metadata, spec, usage)?;
             }
             return Ok(self.unavailable(lease_id, name, exclusive, t));
+        }
+        let held = (self.locks.get(name))
+            .and_then(|r| r.holders.get(lease_id))
+            .map_or(0, |h| budget::holder_bytes(name, lease_id, &h.metadata));
+        if budget::holder_bytes(name, lease_id, &metadata).saturating_sub(held) > room {
+            return Err(storage_exhausted());
         }
         self.grant(lease_id, name, exclusive, metadata, t, quotas)
     }
@@ -630,7 +659,8 @@ impl Namespace {
                 holders: BTreeMap::new(),
             });
         rec.last_activity_at = t;
-        rec.holders.insert(
+        let charge = budget::holder_bytes(name, lease_id, &metadata);
+        let replaced = rec.holders.insert(
             lease_id.to_string(),
             Holder {
                 exclusive,
@@ -638,6 +668,8 @@ impl Namespace {
                 metadata,
             },
         );
+        let refund = replaced.map_or(0, |h| budget::holder_bytes(name, lease_id, &h.metadata));
+        self.restate(refund, charge);
         if downgrade {
             self.pump_around(name, t);
         }
@@ -812,6 +844,20 @@ pub struct Hierarchy {
     /// plus the waiter ids of deleted namespaces. Side channel, not state.
     #[serde(skip)]
     touched: Scratch<Touched>,
+    /// Bytes each project's namespaces are charged ([`budget`]), so the byte budget check
+    /// costs a lookup. Not state: counted again after decoding ([`Hierarchy::count_usage`]).
+    #[serde(skip)]
+    stored: Scratch<ProjectBytes>,
+    /// The per-project byte budget: `None` is the release's
+    /// [`budget::MAX_HIERARCHY_BYTES_PER_PROJECT`], the same on every node; tests lower it.
+    #[serde(skip)]
+    byte_quota: Scratch<Option<usize>>,
+}
+
+fn storage_exhausted() -> CoreError {
+    CoreError::ResourceExhausted(
+        "this project's namespaces, leases and locks use up its storage budget".into(),
+    )
 }
 
 fn ns_not_found() -> CoreError {
@@ -826,8 +872,47 @@ impl Hierarchy {
     pub fn with_quotas(quotas: Quotas) -> Self {
         Hierarchy {
             quotas,
+            stored: Scratch(ProjectBytes::counted(BTreeMap::new())),
             ..Default::default()
         }
+    }
+
+    /// Lowers the per-project byte budget (tests).
+    pub fn with_byte_quota(mut self, bytes: usize) -> Self {
+        self.byte_quota.0 = Some(bytes);
+        self
+    }
+
+    /// Bytes `project` is charged for its namespaces, leases and holds.
+    pub fn stored_bytes(&self, project: &str) -> usize {
+        self.stored.0.get(project).unwrap_or_else(|| {
+            let spaces = self
+                .projects
+                .get(project)
+                .into_iter()
+                .flat_map(|p| p.values());
+            spaces.map(Namespace::stored_bytes).sum()
+        })
+    }
+
+    /// Bytes `project` may still add within its budget.
+    fn room(&self, project: &str) -> usize {
+        let quota = (self.byte_quota.0).unwrap_or(budget::MAX_HIERARCHY_BYTES_PER_PROJECT);
+        quota.saturating_sub(self.stored_bytes(project))
+    }
+
+    /// Counts every namespace's and project's bytes from the state, so later checks cost a
+    /// lookup (after a snapshot was decoded).
+    pub fn count_usage(&mut self) {
+        let mut totals = BTreeMap::new();
+        for (project, spaces) in &mut self.projects {
+            for ns in spaces.values_mut() {
+                let bytes = ns.count_stored();
+                ns.stored.0 = Some(bytes);
+                *totals.entry(project.clone()).or_default() += bytes;
+            }
+        }
+        self.stored.0 = ProjectBytes::counted(totals);
     }
 
     fn ns(&self, project: &str, name: &str) -> Result<&Namespace> {
@@ -837,7 +922,14 @@ impl Hierarchy {
             .ok_or_else(ns_not_found)
     }
 
-    fn ns_mut(&mut self, project: &str, name: &str) -> Result<&mut Namespace> {
+    /// Runs `change` on a namespace and charges its project for what that adds or frees:
+    /// the one way to change a namespace, so the per-project byte totals stay exact.
+    fn with_ns<R>(
+        &mut self,
+        project: &str,
+        name: &str,
+        change: impl FnOnce(&mut Namespace) -> Result<R>,
+    ) -> Result<R> {
         let ns = self
             .projects
             .get_mut(project)
@@ -850,7 +942,10 @@ impl Hierarchy {
                  .0
                 .insert((project.to_string(), name.to_string()));
         }
-        Ok(ns)
+        let before = ns.stored_bytes();
+        let out = change(ns);
+        self.stored.0.adjust(project, before, ns.stored_bytes());
+        out
     }
 
     /// Ids of queued acquires that left their queue (granted, dropped, cancelled, namespace
@@ -879,16 +974,16 @@ impl Hierarchy {
             .is_some_and(|first| first.0 <= t)
         {
             let (_, project, ns, lock, _) = self.waiter_deadlines.pop_first().expect("non-empty");
-            if let Ok(namespace) = self.ns_mut(&project, &ns) {
-                namespace.drop_expired_waiters(&lock, t);
-            }
+            // An absent namespace took its waiters with it.
+            let _ = self.with_ns(&project, &ns, |ns| {
+                ns.drop_expired_waiters(&lock, t);
+                Ok(())
+            });
         }
         let mut reaped = 0;
         while self.by_expiry.first().is_some_and(|first| first.0 <= t) {
             let (_, project, ns, lease_id) = self.by_expiry.pop_first().expect("non-empty");
-            if let Ok(namespace) = self.ns_mut(&project, &ns) {
-                namespace.end_lease(&lease_id, t);
-            }
+            let _ = self.with_ns(&project, &ns, |ns| Ok(ns.end_lease(&lease_id, t)));
             reaped += 1;
         }
         reaped
@@ -907,6 +1002,8 @@ impl Hierarchy {
         validate::metadata(&metadata)?;
         let quota = self.quotas.namespaces_per_project;
         let quota_locks = self.quotas.locks_per_namespace;
+        let bytes = budget::namespace_bytes(&description, &metadata);
+        let room = self.room(project);
         let spaces = self.projects.entry(project.to_string()).or_default();
         if spaces.contains_key(name) {
             return Err(CoreError::AlreadyExists("namespace".into()));
@@ -915,6 +1012,9 @@ impl Hierarchy {
             return Err(CoreError::ResourceExhausted(
                 "project namespace quota reached".into(),
             ));
+        }
+        if bytes > room {
+            return Err(storage_exhausted());
         }
         let ns = Namespace {
             description,
@@ -928,10 +1028,12 @@ impl Hierarchy {
             waiters: BTreeMap::new(),
             resolved: Scratch::default(),
             usage: Scratch(Some(WaiterUsage::default())),
+            stored: Scratch(Some(bytes)),
             lock_quota: quota_locks,
         };
         let view = ns.view(name);
         spaces.insert(name.to_string(), ns);
+        self.stored.0.add(project, bytes);
         Ok(view)
     }
 
@@ -947,23 +1049,31 @@ impl Hierarchy {
         validate::simple_name("namespace_name", name)?;
         validate::description(&description)?;
         validate::metadata(&metadata)?;
-        let ns = self.ns_mut(project, name)?;
-        if let Some(expected) = expected_version.filter(|v| *v != 0) {
-            if expected != ns.version {
-                return Err(CoreError::invalid(
-                    "expected_version",
-                    format!(
-                        "is {expected} but the namespace is at version {}",
-                        ns.version
-                    ),
-                ));
+        let room = self.room(project);
+        self.with_ns(project, name, |ns| {
+            let before = budget::namespace_bytes(&ns.description, &ns.metadata);
+            let after = budget::namespace_bytes(&description, &metadata);
+            if after.saturating_sub(before) > room {
+                return Err(storage_exhausted());
             }
-        }
-        ns.description = description;
-        ns.metadata = metadata;
-        ns.version += 1;
-        ns.updated_at = t;
-        Ok(ns.view(name))
+            if let Some(expected) = expected_version.filter(|v| *v != 0) {
+                if expected != ns.version {
+                    return Err(CoreError::invalid(
+                        "expected_version",
+                        format!(
+                            "is {expected} but the namespace is at version {}",
+                            ns.version
+                        ),
+                    ));
+                }
+            }
+            ns.description = description;
+            ns.metadata = metadata;
+            ns.restate(before, after);
+            ns.version += 1;
+            ns.updated_at = t;
+            Ok(ns.view(name))
+        })
     }
 
     /// Deletes a namespace and everything in it; absent is not an error.
@@ -975,6 +1085,7 @@ impl Hierarchy {
         let Some(ns) = spaces.remove(name) else {
             return Ok(());
         };
+        self.stored.0.sub(project, ns.stored_bytes());
         let deleted = &mut self.touched.0 .1;
         deleted.extend(ns.resolved.0);
         deleted.extend(ns.waiters.values().flatten().map(|w| w.id.clone()));
@@ -1027,25 +1138,33 @@ impl Hierarchy {
         validate::process_id(process_id)?;
         validate::lease_ttl(ttl_seconds)?;
         let quota = self.quotas.leases_per_namespace;
-        let ns = self.ns_mut(project, namespace)?;
-        if ns.leases.contains_key(lease_id) {
-            return Err(CoreError::AlreadyExists("lease".into()));
-        }
-        if ns.leases.len() >= quota {
-            return Err(CoreError::ResourceExhausted(
-                "namespace lease quota reached".into(),
-            ));
-        }
+        let room = self.room(project);
         let expires_at = t + ttl_seconds as Nanos * SECOND;
-        let lease = Lease {
-            process_id: process_id.to_string(),
-            created_at: t,
-            expires_at,
-            holds: BTreeMap::new(),
-            below: BTreeMap::new(),
-            waiting: BTreeSet::new(),
-        };
-        ns.leases.insert(lease_id.to_string(), lease);
+        self.with_ns(project, namespace, |ns| {
+            if ns.leases.contains_key(lease_id) {
+                return Err(CoreError::AlreadyExists("lease".into()));
+            }
+            if ns.leases.len() >= quota {
+                return Err(CoreError::ResourceExhausted(
+                    "namespace lease quota reached".into(),
+                ));
+            }
+            let bytes = budget::lease_bytes(lease_id, process_id);
+            if bytes > room {
+                return Err(storage_exhausted());
+            }
+            let lease = Lease {
+                process_id: process_id.to_string(),
+                created_at: t,
+                expires_at,
+                holds: BTreeMap::new(),
+                below: BTreeMap::new(),
+                waiting: BTreeSet::new(),
+            };
+            ns.leases.insert(lease_id.to_string(), lease);
+            ns.restate(0, bytes);
+            Ok(())
+        })?;
         self.by_expiry.insert((
             expires_at,
             project.into(),
@@ -1072,20 +1191,22 @@ impl Hierarchy {
     ) -> Result<LeaseView> {
         validate::simple_name("namespace_name", namespace)?;
         validate::lease_ttl(ttl_seconds)?;
-        let ns = self.ns_mut(project, namespace)?;
-        let lease = ns
-            .leases
-            .get_mut(lease_id)
-            .filter(|l| t < l.expires_at)
-            .ok_or_else(lease_not_found)?;
-        let old = lease.expires_at;
-        lease.expires_at = t + ttl_seconds as Nanos * SECOND;
-        let view = LeaseView {
-            lease_id: lease_id.to_string(),
-            process_id: lease.process_id.clone(),
-            created_at: lease.created_at,
-            expires_at: lease.expires_at,
-        };
+        let (old, view) = self.with_ns(project, namespace, |ns| {
+            let lease = ns
+                .leases
+                .get_mut(lease_id)
+                .filter(|l| t < l.expires_at)
+                .ok_or_else(lease_not_found)?;
+            let old = lease.expires_at;
+            lease.expires_at = t + ttl_seconds as Nanos * SECOND;
+            let view = LeaseView {
+                lease_id: lease_id.to_string(),
+                process_id: lease.process_id.clone(),
+                created_at: lease.created_at,
+                expires_at: lease.expires_at,
+            };
+            Ok((old, view))
+        })?;
         let key = |at| {
             (
                 at,
@@ -1107,8 +1228,9 @@ impl Hierarchy {
         t: Nanos,
     ) -> Result<()> {
         validate::simple_name("namespace_name", namespace)?;
-        let ns = self.ns_mut(project, namespace)?;
-        let lease = ns.end_lease(lease_id, t).ok_or_else(lease_not_found)?;
+        let lease = self.with_ns(project, namespace, |ns| {
+            ns.end_lease(lease_id, t).ok_or_else(lease_not_found)
+        })?;
         self.by_expiry.remove(&(
             lease.expires_at,
             project.into(),
@@ -1189,19 +1311,24 @@ impl Hierarchy {
         }
         let quotas = self.quotas;
         let usage = wait.map(|w| (w, self.waiter_usage(project)));
-        let ns = self.ns_mut(project, namespace)?;
-        let queued_before = wait.is_some_and(|w| ns.is_queued(lock_name, &w.waiter_id));
-        let reply = ns.acquire(lease_id, lock_name, exclusive, metadata, t, &quotas, usage)?;
-        if let Some(spec) = wait {
-            if !queued_before && ns.is_queued(lock_name, &spec.waiter_id) {
-                self.waiter_deadlines.insert((
-                    spec.deadline,
-                    project.to_string(),
-                    namespace.to_string(),
-                    lock_name.to_string(),
-                    spec.waiter_id.clone(),
-                ));
-            }
+        let room = self.room(project);
+        let (reply, newly_queued) = self.with_ns(project, namespace, |ns| {
+            let queued_before = wait.is_some_and(|w| ns.is_queued(lock_name, &w.waiter_id));
+            let reply = ns.acquire(
+                lease_id, lock_name, exclusive, metadata, t, &quotas, usage, room,
+            )?;
+            let newly_queued =
+                wait.filter(|w| !queued_before && ns.is_queued(lock_name, &w.waiter_id));
+            Ok((reply, newly_queued))
+        })?;
+        if let Some(spec) = newly_queued {
+            self.waiter_deadlines.insert((
+                spec.deadline,
+                project.to_string(),
+                namespace.to_string(),
+                lock_name.to_string(),
+                spec.waiter_id.clone(),
+            ));
         }
         Ok(reply)
     }
@@ -1222,31 +1349,32 @@ impl Hierarchy {
     ) -> Result<AcquireReply> {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
-        let ns = self.ns_mut(project, namespace)?;
-        // Refuse before touching anything: a refused command changes nothing. (An expired
-        // lease's waiters already left with it.)
-        if !ns.lease_live(lease_id, t) {
-            return Err(lease_not_found());
-        }
-        // Only the caller's own waiter may be cancelled, whatever id it names.
-        let owned = ns.waiters.get(lock_name).is_some_and(|q| {
-            q.iter()
-                .any(|w| w.id == waiter_id && w.lease_id == lease_id)
-        });
-        if owned && ns.remove_waiter(lock_name, waiter_id) {
-            ns.pump(lock_name, t);
-        }
-        if ns.holds_mode(lease_id, lock_name, exclusive) {
-            return Ok(AcquireReply {
-                lock: ns.lock_view(lock_name, t),
-                outcome: AcquireOutcome::Acquired,
-                reason: ContentionReason::Unspecified,
-                blocking_locks: vec![],
+        self.with_ns(project, namespace, |ns| {
+            // Refuse before touching anything: a refused command changes nothing. (An expired
+            // lease's waiters already left with it.)
+            if !ns.lease_live(lease_id, t) {
+                return Err(lease_not_found());
+            }
+            // Only the caller's own waiter may be cancelled, whatever id it names.
+            let owned = ns.waiters.get(lock_name).is_some_and(|q| {
+                q.iter()
+                    .any(|w| w.id == waiter_id && w.lease_id == lease_id)
             });
-        }
-        let mut reply = ns.unavailable(lease_id, lock_name, exclusive, t);
-        reply.outcome = AcquireOutcome::TimedOut;
-        Ok(reply)
+            if owned && ns.remove_waiter(lock_name, waiter_id) {
+                ns.pump(lock_name, t);
+            }
+            if ns.holds_mode(lease_id, lock_name, exclusive) {
+                return Ok(AcquireReply {
+                    lock: ns.lock_view(lock_name, t),
+                    outcome: AcquireOutcome::Acquired,
+                    reason: ContentionReason::Unspecified,
+                    blocking_locks: vec![],
+                });
+            }
+            let mut reply = ns.unavailable(lease_id, lock_name, exclusive, t);
+            reply.outcome = AcquireOutcome::TimedOut;
+            Ok(reply)
+        })
     }
 
     /// Where a queued acquire stands, judged on the applied state at `now`.
@@ -1358,15 +1486,16 @@ impl Hierarchy {
     ) -> Result<LockView> {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
-        let ns = self.ns_mut(project, namespace)?;
-        let held = ns.holds(lease_id, lock_name).is_some();
-        ns.drop_hold(lease_id, lock_name, t);
-        let mut view = ns.lock_view(lock_name, t);
-        if held && view.state == LockState::Unlocked {
-            // The record went with its last holder; the answer still reports this release.
-            view.last_activity_at = t;
-        }
-        Ok(view)
+        self.with_ns(project, namespace, |ns| {
+            let held = ns.holds(lease_id, lock_name).is_some();
+            ns.drop_hold(lease_id, lock_name, t);
+            let mut view = ns.lock_view(lock_name, t);
+            if held && view.state == LockState::Unlocked {
+                // The record went with its last holder; the answer still reports this release.
+                view.last_activity_at = t;
+            }
+            Ok(view)
+        })
     }
 
     /// Drops every holder of the lock; absent is not an error.
@@ -1379,16 +1508,17 @@ impl Hierarchy {
     ) -> Result<()> {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
-        let ns = self.ns_mut(project, namespace)?;
-        let holders: Vec<String> = ns
-            .locks
-            .get(lock_name)
-            .map(|r| r.holders.keys().cloned().collect())
-            .unwrap_or_default();
-        for lease_id in holders {
-            ns.drop_hold(&lease_id, lock_name, t);
-        }
-        Ok(())
+        self.with_ns(project, namespace, |ns| {
+            let holders: Vec<String> = ns
+                .locks
+                .get(lock_name)
+                .map(|r| r.holders.keys().cloned().collect())
+                .unwrap_or_default();
+            for lease_id in holders {
+                ns.drop_hold(&lease_id, lock_name, t);
+            }
+            Ok(())
+        })
     }
 
     pub fn get_lock(
@@ -1441,6 +1571,9 @@ impl Hierarchy {
                 if ns.waiter_usage() != ns.count_waiter_usage() {
                     return Err(format!("{project}/{ns_name}: waiter usage out of step"));
                 }
+                if ns.stored_bytes() != ns.count_stored() {
+                    return Err(format!("{project}/{ns_name}: stored bytes out of step"));
+                }
                 let mut below: BTreeMap<String, Counts> = BTreeMap::new();
                 for (name, rec) in &ns.locks {
                     if rec.holders.is_empty() {
@@ -1491,6 +1624,13 @@ impl Hierarchy {
                     return Err(format!("{project}/{ns_name}: descendant index out of date"));
                 }
             }
+            let counted: usize = spaces.values().map(Namespace::count_stored).sum();
+            if self.stored_bytes(project) != counted {
+                return Err(format!("{project}: stored bytes out of step"));
+            }
+        }
+        if let Some(p) = (self.stored.0.kept_projects()).find(|p| !self.projects.contains_key(*p)) {
+            return Err(format!("{p}: bytes kept for a project with no namespace"));
         }
         Ok(())
     }

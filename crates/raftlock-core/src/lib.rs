@@ -14,6 +14,8 @@
 //! - [`tenancy`]: projects and API keys (§3) — only hashes of secrets are stored.
 //! - [`project_locks`]: the named leases with fencing tokens of §4.
 //! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of §5.
+//! - [`budget`]: what stored records cost a project in bytes, and the per-project byte
+//!   budgets that bound memory where count quotas cannot.
 //! - [`paging`]: opaque pagination cursors shared by every list call.
 //! - [`machine`]: [`StateMachine`], which owns all of the above, applies commands and
 //!   answers queries.
@@ -24,6 +26,7 @@
 //! - [`ratelimit`]: the fixed-window request counter (pure; the server owns the instance).
 //! - [`codec`]: the one place that decides how state and commands become bytes.
 
+pub mod budget;
 pub mod clock;
 pub mod codec;
 pub mod command;

@@ -80,6 +80,13 @@ impl StateMachine {
         }
     }
 
+    /// Lowers the per-project byte budgets of §4 locks and of §5 state (tests).
+    pub fn with_byte_quotas(mut self, locks: usize, hierarchy: usize) -> Self {
+        self.project_locks = ProjectLocks::with_byte_quota(locks);
+        self.hierarchy = std::mem::take(&mut self.hierarchy).with_byte_quota(hierarchy);
+        self
+    }
+
     /// Ids of §5 queued acquires that left their queue since the last call (see
     /// [`Hierarchy::take_resolved_waiters`]); a notification side channel, not state.
     pub fn take_resolved_waiters(&mut self) -> Vec<String> {
@@ -98,6 +105,27 @@ impl StateMachine {
         self.project_locks.reap(t);
         self.hierarchy.reap(t);
         cmd.ops.iter().map(|op| self.apply_op(op, t)).collect()
+    }
+
+    /// Counts what each project stores from the state, so byte-budget checks cost a lookup
+    /// again; call it on a machine that was decoded (the counts are not encoded).
+    pub fn count_usage(&mut self) {
+        self.project_locks.count_usage();
+        self.hierarchy.count_usage();
+    }
+
+    /// Whether every kept byte count equals one counted from the state (tests).
+    pub fn check_usage(&self) -> Result<(), String> {
+        self.project_locks.check_usage()?;
+        self.hierarchy.check_invariants()
+    }
+
+    /// Bytes `project` is charged against its byte budgets: (§4 locks, §5 state).
+    pub fn stored_bytes(&self, project: &str) -> (usize, usize) {
+        (
+            self.project_locks.stored_bytes(project),
+            self.hierarchy.stored_bytes(project),
+        )
     }
 
     fn apply_op(&mut self, op: &Op, t: Nanos) -> Outcome {

@@ -10,6 +10,7 @@ use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{self, ProjectBytes, Scratch};
 use crate::error::CoreError;
 use crate::validate;
 use crate::{Nanos, SECOND};
@@ -67,6 +68,14 @@ pub struct ProjectLocks {
     /// The next fencing token to hand out; one global counter so tokens never fall for any
     /// key (gaps between a key's tokens are allowed).
     next_fencing_token: u64,
+    /// Bytes each project's keys are charged ([`budget::lock_key_bytes`]), so the byte budget
+    /// check costs a lookup. Not state: counted again after decoding ([`Self::count_usage`]).
+    #[serde(skip)]
+    bytes: Scratch<ProjectBytes>,
+    /// The per-project byte budget: `None` is the release's
+    /// [`budget::MAX_LOCK_BYTES_PER_PROJECT`], the same on every node; tests lower it.
+    #[serde(skip)]
+    byte_quota: Scratch<Option<usize>>,
 }
 
 impl Default for ProjectLocks {
@@ -75,6 +84,8 @@ impl Default for ProjectLocks {
             leases: OrdMap::new(),
             by_eligibility: OrdSet::new(),
             next_fencing_token: FIRST_FENCING_TOKEN,
+            bytes: Scratch(ProjectBytes::counted(Default::default())),
+            byte_quota: Scratch(None),
         }
     }
 }
@@ -82,6 +93,63 @@ impl Default for ProjectLocks {
 type Result<T> = std::result::Result<T, CoreError>;
 
 impl ProjectLocks {
+    /// An empty set whose projects may each keep at most `bytes` of keys (tests).
+    pub fn with_byte_quota(bytes: usize) -> Self {
+        ProjectLocks {
+            byte_quota: Scratch(Some(bytes)),
+            ..Default::default()
+        }
+    }
+
+    /// Bytes `project`'s keys are charged (kept, or counted when not kept).
+    pub fn stored_bytes(&self, project: &str) -> usize {
+        self.bytes
+            .0
+            .get(project)
+            .unwrap_or_else(|| self.count_bytes(project))
+    }
+
+    fn count_bytes(&self, project: &str) -> usize {
+        self.leases.get(project).map_or(0, |keys| {
+            keys.keys().map(|k| budget::lock_key_bytes(k)).sum()
+        })
+    }
+
+    /// Counts every project's bytes from the state, so later checks cost a lookup (after a
+    /// snapshot was decoded).
+    pub fn count_usage(&mut self) {
+        let totals = self
+            .leases
+            .keys()
+            .map(|p| (p.clone(), self.count_bytes(p)))
+            .collect();
+        self.bytes.0 = ProjectBytes::counted(totals);
+    }
+
+    /// Whether the kept byte counts equal counts from the state (tests).
+    pub fn check_usage(&self) -> std::result::Result<(), String> {
+        for project in self.leases.keys().chain(self.bytes.0.kept_projects()) {
+            if self.stored_bytes(project) != self.count_bytes(project) {
+                return Err(format!("{project}: §4 bytes out of step"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a new key that would take `project` past its byte budget.
+    fn check_room(&self, project: &str, key: &str) -> Result<()> {
+        let quota = self
+            .byte_quota
+            .0
+            .unwrap_or(budget::MAX_LOCK_BYTES_PER_PROJECT);
+        if self.stored_bytes(project) + budget::lock_key_bytes(key) > quota {
+            return Err(CoreError::ResourceExhausted(format!(
+                "this project's locks use up its storage budget of {quota} bytes"
+            )));
+        }
+        Ok(())
+    }
+
     fn get(&self, project: &str, key: &str) -> Option<&ProjectLease> {
         self.leases.get(project)?.get(key)
     }
@@ -94,9 +162,15 @@ impl ProjectLocks {
             .entry(project.to_string())
             .or_default()
             .insert(key.to_string(), lease);
-        if let Some(old) = old {
-            self.by_eligibility
-                .remove(&(old.eligible_at(), project.to_string(), key.to_string()));
+        match old {
+            Some(old) => {
+                self.by_eligibility.remove(&(
+                    old.eligible_at(),
+                    project.to_string(),
+                    key.to_string(),
+                ));
+            }
+            None => self.bytes.0.add(project, budget::lock_key_bytes(key)),
         }
         self.by_eligibility
             .insert((eligible, project.to_string(), key.to_string()));
@@ -109,6 +183,7 @@ impl ProjectLocks {
         if let Some(old) = keys.remove(key) {
             self.by_eligibility
                 .remove(&(old.eligible_at(), project.to_string(), key.to_string()));
+            self.bytes.0.sub(project, budget::lock_key_bytes(key));
         }
         if keys.is_empty() {
             self.leases.remove(project);
@@ -138,7 +213,10 @@ impl ProjectLocks {
                 let lease = cur.clone();
                 Ok(self.extend(project, key, lease, t + ttl))
             }
-            _ => {
+            held => {
+                if held.is_none() {
+                    self.check_room(project, key)?;
+                }
                 let fencing_token = self.next_fencing_token;
                 self.next_fencing_token += 1;
                 let lease = ProjectLease {
@@ -241,7 +319,9 @@ impl ProjectLocks {
             }
             let (_, project, key) = self.by_eligibility.remove_min().expect("non-empty");
             if let Some(keys) = self.leases.get_mut(&project) {
-                keys.remove(&key);
+                if keys.remove(&key).is_some() {
+                    self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
+                }
                 if keys.is_empty() {
                     self.leases.remove(&project);
                 }

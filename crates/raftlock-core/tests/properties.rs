@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
+use raftlock_core::budget;
 use raftlock_core::command::{HierOp, LockAction};
 use raftlock_core::hierarchy::{AcquireOutcome, ContentionReason, LockState, LockView, WaitSpec};
-use raftlock_core::{codec, Command, CoreError, Op, Outcome, Reply, StateMachine, SECOND};
+use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 
 const T0: i64 = 1_700_000_000 * SECOND;
 const PROJECTS: [&str; 2] = ["p1", "p2"];
@@ -16,6 +17,9 @@ const NAMESPACES: [&str; 2] = ["n1", "n2"];
 const PATHS: [&str; 6] = ["a", "a/b", "a/b/c", "a/d", "e", "ab"];
 const LEASES: [&str; 4] = ["l1", "l2", "l3", "l4"];
 const GRACE: i64 = SECOND;
+/// Byte budgets small enough to be met: two §4 keys per project; a few §5 leases and holds.
+const LOCK_BYTES: usize = 700;
+const HIER_BYTES: usize = 12_000;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -194,6 +198,15 @@ struct LockModel {
 }
 
 impl LockModel {
+    /// Whether `project`'s stored keys (live, or lapsed within the grace) leave room for one
+    /// more within [`LOCK_BYTES`].
+    fn room_for_a_key(&self, project: &str, t: i64) -> bool {
+        let stored = (self.current.iter())
+            .filter(|((p, _), h)| p == project && t < h.expires_at + GRACE)
+            .count();
+        (stored + 1) * budget::lock_key_bytes("k1") <= LOCK_BYTES
+    }
+
     /// Checks one §4 answer against the rules and updates the model.
     fn check(
         &mut self,
@@ -256,6 +269,7 @@ impl LockModel {
                         );
                     }
                     None => {
+                        prop_assert!(self.room_for_a_key(project, t), "byte budget overrun");
                         let last = self.last_fencing.get(&id).copied().unwrap_or(0);
                         prop_assert!(
                             *fencing_token > last,
@@ -277,6 +291,14 @@ impl LockModel {
                         );
                     }
                 }
+            }
+            (LockAction::Acquire { .. }, Err(CoreError::ResourceExhausted(_))) => {
+                prop_assert!(
+                    cur.is_none() && !self.room_for_a_key(project, t),
+                    "byte budget refused {}/{} with room left",
+                    project,
+                    key
+                );
             }
             (LockAction::Acquire { token, .. }, Err(CoreError::LockHeld)) => {
                 prop_assert!(
@@ -453,7 +475,8 @@ proptest! {
     /// (1) mutual exclusion and (2) rising fencing tokens, after every command.
     #[test]
     fn mutual_exclusion_and_fencing(cmds in commands(200)) {
-        let mut sm = StateMachine::default();
+        // Small byte budgets, so refusals for them happen too (and must change nothing).
+        let mut sm = StateMachine::new(Limits::default()).with_byte_quotas(LOCK_BYTES, HIER_BYTES);
         let mut model = LockModel::default();
         for cmd in &cmds {
             let before = sm.clone();
@@ -471,6 +494,7 @@ proptest! {
                 }
             }
             check_hier_views(&sm, t)?;
+            sm.check_usage().map_err(TestCaseError::fail)?;
             refused_changes_nothing(&before, cmd, &sm, &outs)?;
         }
     }
@@ -486,6 +510,7 @@ proptest! {
         }
         let bytes = codec::encode(&sm).unwrap();
         let mut restored: StateMachine = codec::decode(&bytes).unwrap();
+        restored.count_usage();
         prop_assert!(restored == sm, "restored state differs");
         prop_assert_eq!(codec::encode(&restored).unwrap(), bytes, "re-encoding is stable");
         for cmd in &cmds[cut..] {
@@ -497,8 +522,8 @@ proptest! {
     /// (4) two machines fed the same log answer identically and end equal.
     #[test]
     fn replicas_agree(cmds in commands(200)) {
-        let mut a = StateMachine::default();
-        let mut b = StateMachine::default();
+        let mut a = StateMachine::new(Limits::default()).with_byte_quotas(LOCK_BYTES, HIER_BYTES);
+        let mut b = StateMachine::new(Limits::default()).with_byte_quotas(LOCK_BYTES, HIER_BYTES);
         for cmd in &cmds {
             // Replicas receive the log entry as bytes.
             let entry: Command = codec::decode(&codec::encode(cmd).unwrap()).unwrap();

@@ -104,8 +104,15 @@ fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
     Ok(codec::encode(&(STATE_FORMAT, state))?)
 }
 
-/// Decodes a state written by [`encode_state`], refusing other layouts.
+/// Decodes a state written by [`encode_state`], refusing other layouts, with the usage
+/// counts (not encoded) counted again.
 fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
+    let mut state = decode_state_as_written(bytes)?;
+    state.machine.count_usage();
+    Ok(state)
+}
+
+fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
     let format: u32 = codec::decode(bytes)?;
     if format == 1 {
         let (_, v1): (u32, SmDataV1) = codec::decode(bytes)?;
