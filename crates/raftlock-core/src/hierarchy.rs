@@ -9,8 +9,15 @@
 //! Expired leases are reaped at the start of every apply (through an index ordered by expiry),
 //! so during an apply every stored holder belongs to a live lease. Queries take a `now` and
 //! hide holders whose lease expired after the last apply.
+//!
+//! The big maps are persistent (`imbl::OrdMap`/`OrdSet`, structurally shared), so a
+//! snapshot copies the whole hierarchy in O(1) and encodes the copy off the state lock; they
+//! encode exactly as `BTreeMap`/`BTreeSet` (tests/encoding.rs). Small per-record maps stay
+//! plain.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -166,10 +173,10 @@ struct Lease {
     created_at: Nanos,
     expires_at: Nanos,
     /// lock name → exclusive?; what must be released when the lease ends.
-    holds: BTreeMap<String, bool>,
+    holds: OrdMap<String, bool>,
     /// This lease's own holders below each path, subtracted from the namespace counters so a
     /// lease never blocks itself.
-    below: BTreeMap<String, Counts>,
+    below: OrdMap<String, Counts>,
     /// (lock name, waiter id) of this lease's queued acquires, removed when the lease ends.
     #[serde(default)]
     waiting: BTreeSet<(String, String)>,
@@ -256,15 +263,15 @@ pub struct Namespace {
     version: u64,
     created_at: Nanos,
     updated_at: Nanos,
-    leases: BTreeMap<String, Lease>,
+    leases: OrdMap<String, Lease>,
     /// Only held locks have a record.
-    locks: BTreeMap<String, LockRecord>,
+    locks: OrdMap<String, LockRecord>,
     /// All holders strictly below each path (the descendant index).
-    below: BTreeMap<String, Counts>,
+    below: OrdMap<String, Counts>,
     /// lock name → FIFO of blocking acquires waiting for it. Part of the replicated state, so
     /// the order survives leader changes; never holds an empty queue.
     #[serde(default)]
-    waiters: BTreeMap<String, VecDeque<Waiter>>,
+    waiters: OrdMap<String, VecDeque<Waiter>>,
     /// Ids of waiters that left a queue here (granted, dropped, cancelled) since the server
     /// last collected them ([`Hierarchy::take_resolved_waiters`]): it wakes exactly those
     /// calls instead of re-checking every waiting call after every apply.
@@ -293,7 +300,7 @@ fn ancestors(name: &str) -> impl Iterator<Item = &str> {
     name.match_indices('/').map(move |(i, _)| &name[..i])
 }
 
-fn bump(map: &mut BTreeMap<String, Counts>, path: &str, exclusive: bool, up: bool) {
+fn bump(map: &mut OrdMap<String, Counts>, path: &str, exclusive: bool, up: bool) {
     let c = map.entry(path.to_string()).or_default();
     let slot = if exclusive {
         &mut c.exclusive
@@ -831,15 +838,15 @@ impl Namespace {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hierarchy {
     /// project → namespace name → namespace.
-    projects: BTreeMap<String, BTreeMap<String, Namespace>>,
+    projects: OrdMap<String, OrdMap<String, Namespace>>,
     /// (expires_at, project, namespace, lease id), ordered by expiry so reaping costs what
     /// expires, not what exists.
-    by_expiry: BTreeSet<(Nanos, String, String, String)>,
+    by_expiry: OrdSet<(Nanos, String, String, String)>,
     pub quotas: Quotas,
     /// (deadline, project, namespace, lock, waiter id) of queued acquires. Entries of waiters
     /// that were granted or cancelled earlier are skipped when their deadline comes.
     #[serde(default)]
-    waiter_deadlines: BTreeSet<(Nanos, String, String, String, String)>,
+    waiter_deadlines: OrdSet<(Nanos, String, String, String, String)>,
     /// Namespaces that had waiters when last changed, whose `resolved` lists may be non-empty;
     /// plus the waiter ids of deleted namespaces. Side channel, not state.
     #[serde(skip)]
@@ -905,13 +912,20 @@ impl Hierarchy {
     /// lookup (after a snapshot was decoded).
     pub fn count_usage(&mut self) {
         let mut totals = BTreeMap::new();
-        for (project, spaces) in &mut self.projects {
-            for ns in spaces.values_mut() {
-                let bytes = ns.count_stored();
-                ns.stored.0 = Some(bytes);
-                *totals.entry(project.clone()).or_default() += bytes;
-            }
-        }
+        // Rebuilt rather than changed in place: a persistent map has no `values_mut`.
+        let counted = self.projects.iter().map(|(project, spaces)| {
+            let spaces: OrdMap<String, Namespace> = (spaces.iter())
+                .map(|(name, ns)| {
+                    let mut ns = ns.clone();
+                    ns.stored.0 = Some(ns.count_stored());
+                    (name.clone(), ns)
+                })
+                .collect();
+            let total: usize = spaces.values().map(Namespace::stored_bytes).sum();
+            totals.insert(project.clone(), total);
+            (project.clone(), spaces)
+        });
+        self.projects = counted.collect();
         self.stored.0 = ProjectBytes::counted(totals);
     }
 
@@ -970,10 +984,10 @@ impl Hierarchy {
     pub fn reap(&mut self, t: Nanos) -> usize {
         while self
             .waiter_deadlines
-            .first()
+            .get_min()
             .is_some_and(|first| first.0 <= t)
         {
-            let (_, project, ns, lock, _) = self.waiter_deadlines.pop_first().expect("non-empty");
+            let (_, project, ns, lock, _) = self.waiter_deadlines.remove_min().expect("non-empty");
             // An absent namespace took its waiters with it.
             let _ = self.with_ns(&project, &ns, |ns| {
                 ns.drop_expired_waiters(&lock, t);
@@ -981,8 +995,8 @@ impl Hierarchy {
             });
         }
         let mut reaped = 0;
-        while self.by_expiry.first().is_some_and(|first| first.0 <= t) {
-            let (_, project, ns, lease_id) = self.by_expiry.pop_first().expect("non-empty");
+        while self.by_expiry.get_min().is_some_and(|first| first.0 <= t) {
+            let (_, project, ns, lease_id) = self.by_expiry.remove_min().expect("non-empty");
             let _ = self.with_ns(&project, &ns, |ns| Ok(ns.end_lease(&lease_id, t)));
             reaped += 1;
         }
@@ -1022,10 +1036,10 @@ impl Hierarchy {
             version: 1,
             created_at: t,
             updated_at: t,
-            leases: BTreeMap::new(),
-            locks: BTreeMap::new(),
-            below: BTreeMap::new(),
-            waiters: BTreeMap::new(),
+            leases: OrdMap::new(),
+            locks: OrdMap::new(),
+            below: OrdMap::new(),
+            waiters: OrdMap::new(),
             resolved: Scratch::default(),
             usage: Scratch(Some(WaiterUsage::default())),
             stored: Scratch(Some(bytes)),
@@ -1111,7 +1125,7 @@ impl Hierarchy {
         limit: u32,
     ) -> Result<(Vec<NamespaceView>, String, String)> {
         let limit = validate::page_limit(limit)?;
-        let empty = BTreeMap::new();
+        let empty = OrdMap::new();
         let spaces = self.projects.get(project).unwrap_or(&empty);
         let Page {
             items,
@@ -1157,8 +1171,8 @@ impl Hierarchy {
                 process_id: process_id.to_string(),
                 created_at: t,
                 expires_at,
-                holds: BTreeMap::new(),
-                below: BTreeMap::new(),
+                holds: OrdMap::new(),
+                below: OrdMap::new(),
                 waiting: BTreeSet::new(),
             };
             ns.leases.insert(lease_id.to_string(), lease);
@@ -1574,7 +1588,7 @@ impl Hierarchy {
                 if ns.stored_bytes() != ns.count_stored() {
                     return Err(format!("{project}/{ns_name}: stored bytes out of step"));
                 }
-                let mut below: BTreeMap<String, Counts> = BTreeMap::new();
+                let mut below: OrdMap<String, Counts> = OrdMap::new();
                 for (name, rec) in &ns.locks {
                     if rec.holders.is_empty() {
                         return Err(format!("{project}/{ns_name}: empty record {name}"));

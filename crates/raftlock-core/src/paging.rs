@@ -3,8 +3,9 @@
 //! A cursor names the item it continues from and the direction: `a<key>` = items after key,
 //! `b<key>` = items before key, hex-encoded so clients treat it as opaque.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
+
+use imbl::OrdMap;
 
 use crate::error::CoreError;
 
@@ -54,8 +55,8 @@ fn decode(token: &str) -> Result<Cursor, CoreError> {
 }
 
 /// Returns up to `limit` items of `map` that satisfy `keep`, starting from `token`.
-pub fn paginate<'a, V>(
-    map: &'a BTreeMap<String, V>,
+pub fn paginate<'a, V: Clone>(
+    map: &'a OrdMap<String, V>,
     token: &str,
     limit: usize,
     keep: impl Fn(&V) -> bool,
@@ -78,13 +79,13 @@ pub fn paginate<'a, V>(
             more_after = items.len() > limit;
             items.truncate(limit);
             more_before = match items.first() {
-                Some((first, _)) => map.range::<String, _>(..*first).rev().any(|e| kept(&e)),
+                Some((first, _)) => map.range::<_, String>(..*first).rev().any(|e| kept(&e)),
                 None => false,
             };
         }
         Cursor::Before(k) => {
             items = map
-                .range::<String, _>(..k)
+                .range::<_, String>(..k)
                 .rev()
                 .filter(kept)
                 .take(limit + 1)
@@ -94,7 +95,7 @@ pub fn paginate<'a, V>(
             items.reverse();
             more_after = match items.last() {
                 Some((last, _)) => map
-                    .range::<String, _>((Bound::Excluded(*last), Bound::Unbounded))
+                    .range::<_, String>((Bound::Excluded(*last), Bound::Unbounded))
                     .any(|e| kept(&e)),
                 None => false,
             };
@@ -119,7 +120,7 @@ pub fn paginate<'a, V>(
 mod tests {
     use super::*;
 
-    fn map(n: usize) -> BTreeMap<String, usize> {
+    fn map(n: usize) -> OrdMap<String, usize> {
         (0..n).map(|i| (format!("k{i:03}"), i)).collect()
     }
 

@@ -1,0 +1,114 @@
+//! The state's encoding is the snapshot format: a change of in-memory representation (such as
+//! persistent maps in place of `BTreeMap`s) must encode every state to the same bytes, or
+//! nodes of different releases could not read each other's snapshots.
+//!
+//! `fixtures/state-format-2.bin` was written by the release whose §5 state still used
+//! `BTreeMap`s (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
+
+use std::collections::BTreeMap;
+
+use raftlock_core::command::{HierOp, LockAction};
+use raftlock_core::hierarchy::WaitSpec;
+use raftlock_core::{codec, Command, Limits, Op, StateMachine, SECOND};
+
+const T0: i64 = 1_700_000_000 * SECOND;
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/state-format-2.bin"
+);
+
+fn hier(project: &str, op: HierOp) -> Op {
+    Op::Hier {
+        project: project.into(),
+        op,
+    }
+}
+
+/// A state touching every part of §4 and §5: namespaces with metadata, leases, shared and
+/// exclusive holds on nested paths, a queued waiter, expiry indexes.
+fn sample_state() -> StateMachine {
+    let mut sm = StateMachine::new(Limits::default());
+    let meta: BTreeMap<String, String> = [("owner".to_string(), "team-a".to_string())].into();
+    let mut ops = vec![Op::CreateProject { name: "p".into() }];
+    for ns in ["alpha", "beta"] {
+        ops.push(hier(
+            "p",
+            HierOp::CreateNamespace {
+                name: ns.into(),
+                description: format!("{ns} jobs"),
+                metadata: meta.clone(),
+            },
+        ));
+        for (i, lease) in ["l1", "l2", "l3"].iter().enumerate() {
+            ops.push(hier(
+                "p",
+                HierOp::CreateLease {
+                    namespace: ns.into(),
+                    lease_id: lease.to_string(),
+                    process_id: format!("worker-{i}"),
+                    ttl_seconds: 60 + i as u64,
+                },
+            ));
+        }
+        for (lock, lease, exclusive) in [
+            ("a", "l1", false),
+            ("a/b", "l2", false),
+            ("a/b/c", "l2", true),
+            ("d", "l3", true),
+        ] {
+            ops.push(hier(
+                "p",
+                HierOp::AcquireLock {
+                    namespace: ns.into(),
+                    lock_name: lock.into(),
+                    exclusive,
+                    lease_id: lease.into(),
+                    metadata: meta.clone(),
+                    wait: None,
+                },
+            ));
+        }
+        ops.push(hier(
+            "p",
+            HierOp::AcquireLock {
+                namespace: ns.into(),
+                lock_name: "d".into(),
+                exclusive: true,
+                lease_id: "l1".into(),
+                metadata: BTreeMap::new(),
+                wait: Some(WaitSpec {
+                    waiter_id: format!("w-{ns}"),
+                    deadline: T0 + 30 * SECOND,
+                }),
+            },
+        ));
+    }
+    for key in ["job-1", "job-2"] {
+        ops.push(Op::ProjectLock {
+            project: "p".into(),
+            key: key.into(),
+            action: LockAction::Acquire {
+                token: 42,
+                ttl_seconds: 30,
+            },
+        });
+    }
+    for out in sm.apply(&Command { stamp: T0, ops }) {
+        out.expect("the sample's commands succeed");
+    }
+    sm
+}
+
+#[test]
+fn the_state_encodes_to_the_bytes_of_the_format_2_release() {
+    let bytes = codec::encode(&sample_state()).unwrap();
+    if std::env::var_os("RAFTLOCK_WRITE_FIXTURE").is_some() {
+        std::fs::create_dir_all(std::path::Path::new(FIXTURE).parent().unwrap()).unwrap();
+        std::fs::write(FIXTURE, &bytes).unwrap();
+    }
+    let fixture = std::fs::read(FIXTURE).expect("fixture present");
+    assert_eq!(bytes, fixture, "the snapshot encoding changed");
+    let decoded: StateMachine = codec::decode(&fixture).unwrap();
+    assert_eq!(decoded, sample_state());
+    decoded.check_usage().unwrap();
+}
