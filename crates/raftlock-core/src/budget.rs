@@ -77,15 +77,16 @@ impl<T> PartialEq for Scratch<T> {
 }
 impl<T> Eq for Scratch<T> {}
 
-/// Stored bytes per project, kept up to date change by change; `None` until counted (after
-/// a snapshot is decoded), which makes readers count from the state instead.
+/// A total per project (stored bytes, queued waiters…), kept up to date change by change;
+/// `None` until counted (after a snapshot is decoded), which makes readers count from the
+/// state instead.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProjectBytes(Option<BTreeMap<String, usize>>);
+pub struct ProjectTotals(Option<BTreeMap<String, usize>>);
 
-impl ProjectBytes {
+impl ProjectTotals {
     /// Totals counted from the state, replacing whatever was kept.
     pub fn counted(totals: BTreeMap<String, usize>) -> Self {
-        ProjectBytes(Some(totals))
+        ProjectTotals(Some(totals))
     }
 
     /// Whether totals are being kept (else readers must count).
@@ -141,18 +142,18 @@ mod tests {
 
     #[test]
     fn kept_totals_follow_adjustments_and_forget_empty_projects() {
-        let mut b = ProjectBytes::counted(BTreeMap::new());
+        let mut b = ProjectTotals::counted(BTreeMap::new());
         b.add("p", 100);
         b.adjust("p", 40, 70);
         assert_eq!(b.get("p"), Some(130));
         b.sub("p", 130);
         assert_eq!(b.get("p"), Some(0));
-        assert_eq!(b, ProjectBytes::counted(BTreeMap::new()));
+        assert_eq!(b, ProjectTotals::counted(BTreeMap::new()));
     }
 
     #[test]
     fn uncounted_totals_stay_uncounted() {
-        let mut b = ProjectBytes::default();
+        let mut b = ProjectTotals::default();
         b.add("p", 100);
         assert!(!b.is_kept());
         assert_eq!(b.get("p"), None);

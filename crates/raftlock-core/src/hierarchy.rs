@@ -21,7 +21,7 @@ use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{self, ProjectBytes, Scratch};
+use crate::budget::{self, ProjectTotals, Scratch};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
@@ -851,14 +851,50 @@ pub struct Hierarchy {
     /// plus the waiter ids of deleted namespaces. Side channel, not state.
     #[serde(skip)]
     touched: Scratch<Touched>,
-    /// Bytes each project's namespaces are charged ([`budget`]), so the byte budget check
-    /// costs a lookup. Not state: counted again after decoding ([`Hierarchy::count_usage`]).
+    /// What each project uses (stored bytes, queued waiters), so budget checks cost a
+    /// lookup. Not state: counted again after decoding ([`Hierarchy::count_usage`]).
     #[serde(skip)]
-    stored: Scratch<ProjectBytes>,
+    usage: Scratch<ProjectUsage>,
     /// The per-project byte budget: `None` is the release's
     /// [`budget::MAX_HIERARCHY_BYTES_PER_PROJECT`], the same on every node; tests lower it.
     #[serde(skip)]
     byte_quota: Scratch<Option<usize>>,
+}
+
+/// Per-project totals kept by [`Hierarchy::with_ns`], one per budget.
+#[derive(Debug, Clone, Default)]
+struct ProjectUsage {
+    /// Bytes charged for namespaces, leases and holds ([`budget`]).
+    stored: ProjectTotals,
+    /// Queued blocking acquires.
+    waiters: ProjectTotals,
+    /// Bytes those waiters keep ([`Waiter::bytes`]).
+    waiter_bytes: ProjectTotals,
+}
+
+impl ProjectUsage {
+    /// Adds (or with [`ProjectUsage::remove`], takes away) what one namespace uses.
+    fn add(&mut self, project: &str, ns: &Namespace) {
+        let waiting = ns.waiter_usage();
+        self.stored.add(project, ns.stored_bytes());
+        self.waiters.add(project, waiting.count);
+        self.waiter_bytes.add(project, waiting.bytes);
+    }
+
+    fn remove(&mut self, project: &str, ns: &Namespace) {
+        let waiting = ns.waiter_usage();
+        self.stored.sub(project, ns.stored_bytes());
+        self.waiters.sub(project, waiting.count);
+        self.waiter_bytes.sub(project, waiting.bytes);
+    }
+
+    fn counted() -> Self {
+        ProjectUsage {
+            stored: ProjectTotals::counted(BTreeMap::new()),
+            waiters: ProjectTotals::counted(BTreeMap::new()),
+            waiter_bytes: ProjectTotals::counted(BTreeMap::new()),
+        }
+    }
 }
 
 fn storage_exhausted() -> CoreError {
@@ -879,7 +915,7 @@ impl Hierarchy {
     pub fn with_quotas(quotas: Quotas) -> Self {
         Hierarchy {
             quotas,
-            stored: Scratch(ProjectBytes::counted(BTreeMap::new())),
+            usage: Scratch(ProjectUsage::counted()),
             ..Default::default()
         }
     }
@@ -892,7 +928,7 @@ impl Hierarchy {
 
     /// Bytes `project` is charged for its namespaces, leases and holds.
     pub fn stored_bytes(&self, project: &str) -> usize {
-        self.stored.0.get(project).unwrap_or_else(|| {
+        self.usage.0.stored.get(project).unwrap_or_else(|| {
             let spaces = self
                 .projects
                 .get(project)
@@ -911,22 +947,24 @@ impl Hierarchy {
     /// Counts every namespace's and project's bytes from the state, so later checks cost a
     /// lookup (after a snapshot was decoded).
     pub fn count_usage(&mut self) {
-        let mut totals = BTreeMap::new();
+        let mut usage = ProjectUsage::counted();
         // Rebuilt rather than changed in place: a persistent map has no `values_mut`.
         let counted = self.projects.iter().map(|(project, spaces)| {
             let spaces: OrdMap<String, Namespace> = (spaces.iter())
                 .map(|(name, ns)| {
                     let mut ns = ns.clone();
                     ns.stored.0 = Some(ns.count_stored());
+                    ns.usage.0 = Some(ns.count_waiter_usage());
                     (name.clone(), ns)
                 })
                 .collect();
-            let total: usize = spaces.values().map(Namespace::stored_bytes).sum();
-            totals.insert(project.clone(), total);
+            for ns in spaces.values() {
+                usage.add(project, ns);
+            }
             (project.clone(), spaces)
         });
         self.projects = counted.collect();
-        self.stored.0 = ProjectBytes::counted(totals);
+        self.usage.0 = usage;
     }
 
     fn ns(&self, project: &str, name: &str) -> Result<&Namespace> {
@@ -956,9 +994,17 @@ impl Hierarchy {
                  .0
                 .insert((project.to_string(), name.to_string()));
         }
-        let before = ns.stored_bytes();
+        let (bytes, waiting) = (ns.stored_bytes(), ns.waiter_usage());
         let out = change(ns);
-        self.stored.0.adjust(project, before, ns.stored_bytes());
+        let usage = &mut self.usage.0;
+        usage.stored.adjust(project, bytes, ns.stored_bytes());
+        let now_waiting = ns.waiter_usage();
+        usage
+            .waiters
+            .adjust(project, waiting.count, now_waiting.count);
+        usage
+            .waiter_bytes
+            .adjust(project, waiting.bytes, now_waiting.bytes);
         out
     }
 
@@ -1046,8 +1092,8 @@ impl Hierarchy {
             lock_quota: quota_locks,
         };
         let view = ns.view(name);
+        self.usage.0.add(project, &ns);
         spaces.insert(name.to_string(), ns);
-        self.stored.0.add(project, bytes);
         Ok(view)
     }
 
@@ -1099,7 +1145,7 @@ impl Hierarchy {
         let Some(ns) = spaces.remove(name) else {
             return Ok(());
         };
-        self.stored.0.sub(project, ns.stored_bytes());
+        self.usage.0.remove(project, &ns);
         let deleted = &mut self.touched.0 .1;
         deleted.extend(ns.resolved.0);
         deleted.extend(ns.waiters.values().flatten().map(|w| w.id.clone()));
@@ -1418,6 +1464,12 @@ impl Hierarchy {
 
     /// What `project`'s queued acquires use, over all its namespaces.
     pub fn waiter_usage(&self, project: &str) -> WaiterUsage {
+        let kept = &self.usage.0;
+        if let (Some(count), Some(bytes)) =
+            (kept.waiters.get(project), kept.waiter_bytes.get(project))
+        {
+            return WaiterUsage { count, bytes };
+        }
         let mut total = WaiterUsage::default();
         for ns in self
             .projects
@@ -1642,9 +1694,25 @@ impl Hierarchy {
             if self.stored_bytes(project) != counted {
                 return Err(format!("{project}: stored bytes out of step"));
             }
+            let mut waiting = WaiterUsage::default();
+            for ns in spaces.values() {
+                let usage = ns.count_waiter_usage();
+                waiting.count += usage.count;
+                waiting.bytes += usage.bytes;
+            }
+            if self.waiter_usage(project) != waiting {
+                return Err(format!("{project}: waiter usage out of step"));
+            }
         }
-        if let Some(p) = (self.stored.0.kept_projects()).find(|p| !self.projects.contains_key(*p)) {
-            return Err(format!("{p}: bytes kept for a project with no namespace"));
+        let kept = &self.usage.0;
+        let projects = (kept.stored.kept_projects())
+            .chain(kept.waiters.kept_projects())
+            .chain(kept.waiter_bytes.kept_projects());
+        if let Some(p) = projects
+            .into_iter()
+            .find(|p| !self.projects.contains_key(*p))
+        {
+            return Err(format!("{p}: usage kept for a project with no namespace"));
         }
         Ok(())
     }

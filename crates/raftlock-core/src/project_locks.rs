@@ -10,7 +10,7 @@ use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{self, ProjectBytes, Scratch};
+use crate::budget::{self, ProjectTotals, Scratch};
 use crate::error::CoreError;
 use crate::validate;
 use crate::{Nanos, SECOND};
@@ -71,7 +71,7 @@ pub struct ProjectLocks {
     /// Bytes each project's keys are charged ([`budget::lock_key_bytes`]), so the byte budget
     /// check costs a lookup. Not state: counted again after decoding ([`Self::count_usage`]).
     #[serde(skip)]
-    bytes: Scratch<ProjectBytes>,
+    bytes: Scratch<ProjectTotals>,
     /// The per-project byte budget: `None` is the release's
     /// [`budget::MAX_LOCK_BYTES_PER_PROJECT`], the same on every node; tests lower it.
     #[serde(skip)]
@@ -84,7 +84,7 @@ impl Default for ProjectLocks {
             leases: OrdMap::new(),
             by_eligibility: OrdSet::new(),
             next_fencing_token: FIRST_FENCING_TOKEN,
-            bytes: Scratch(ProjectBytes::counted(Default::default())),
+            bytes: Scratch(ProjectTotals::counted(Default::default())),
             byte_quota: Scratch(None),
         }
     }
@@ -123,7 +123,7 @@ impl ProjectLocks {
             .keys()
             .map(|p| (p.clone(), self.count_bytes(p)))
             .collect();
-        self.bytes.0 = ProjectBytes::counted(totals);
+        self.bytes.0 = ProjectTotals::counted(totals);
     }
 
     /// Whether the kept byte counts equal counts from the state (tests).

@@ -16,7 +16,7 @@ fn s(n: i64) -> Nanos {
 }
 
 fn setup(leases: &[&str]) -> Hierarchy {
-    let mut h = Hierarchy::default();
+    let mut h = Hierarchy::with_quotas(Default::default());
     h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
         .unwrap();
     for l in leases {
@@ -157,7 +157,7 @@ fn waiters_past_their_deadline_are_dropped_and_never_granted() {
 
 #[test]
 fn a_waiter_whose_lease_ends_leaves_the_queue_and_the_next_one_is_served() {
-    let mut h = Hierarchy::default();
+    let mut h = Hierarchy::with_quotas(Default::default());
     h.create_namespace(P, NS, String::new(), BTreeMap::new(), s(0))
         .unwrap();
     h.create_lease(P, NS, "holder", "p", 300, s(0)).unwrap();
