@@ -160,6 +160,65 @@ pub struct Cluster {
     /// Per-node command prefix (e.g. `strace -f -o ...`) the binary runs under, for tests
     /// that observe a node from outside.
     wrappers: BTreeMap<u64, Vec<String>>,
+    /// `https` for a cluster started with [`Cluster::start_tls`], else `http`.
+    pub scheme: &'static str,
+}
+
+/// PEM files made by `raftlock certs`: a CA and one node certificate (SANs 127.0.0.1 and
+/// localhost) that every node of a test cluster presents, to clients and to peers.
+#[derive(Debug, Clone)]
+pub struct TlsCerts {
+    pub dir: PathBuf,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsCerts {
+    /// Runs `raftlock certs` in `dir` (reusing its CA when there is one) for node `name`.
+    pub fn make(dir: &std::path::Path, name: &str, days: u32) -> Result<TlsCerts> {
+        let out = std::process::Command::new(binary())
+            .args(["certs", "--node", &format!("{name}=127.0.0.1,localhost")])
+            .args(["--days", &days.to_string()])
+            .arg("--out")
+            .arg(dir)
+            .output()?;
+        if !out.status.success() {
+            bail!("raftlock certs: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(TlsCerts {
+            dir: dir.to_path_buf(),
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}-key.pem")),
+        })
+    }
+
+    /// The `serve` flags for HTTPS to clients and mutual TLS to peers with these files.
+    pub fn serve_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (flag, path) in [
+            ("--tls-cert", &self.cert),
+            ("--tls-key", &self.key),
+            ("--peer-tls-cert", &self.cert),
+            ("--peer-tls-key", &self.key),
+            ("--peer-ca", &self.ca),
+        ] {
+            args.push(flag.to_string());
+            args.push(path.display().to_string());
+        }
+        args
+    }
+
+    /// An HTTPS client that trusts this CA.
+    pub fn client(&self) -> Result<reqwest::Client> {
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(&self.ca)?)?;
+        Ok(reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .tls_built_in_root_certs(false)
+            .timeout(Duration::from_secs(20))
+            .build()?)
+    }
 }
 
 impl Drop for Cluster {
@@ -255,6 +314,43 @@ impl Cluster {
         wrappers: BTreeMap<u64, Vec<String>>,
         node_env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
+        Self::launch_full(
+            n,
+            extra,
+            behind_proxy,
+            peer_listeners,
+            wrappers,
+            node_env,
+            None,
+        )
+        .await
+    }
+
+    /// Starts `n` nodes serving HTTPS to clients and mutual TLS to peers (each on its own
+    /// peer listener), all with the certificate in `certs`; the cluster's HTTP client trusts
+    /// the CA.
+    pub async fn start_tls(n: u64, certs: &TlsCerts, extra: &[&str]) -> Result<Cluster> {
+        Self::launch_full(
+            n,
+            extra,
+            false,
+            true,
+            BTreeMap::new(),
+            BTreeMap::new(),
+            Some(certs),
+        )
+        .await
+    }
+
+    async fn launch_full(
+        n: u64,
+        extra: &[&str],
+        behind_proxy: bool,
+        peer_listeners: bool,
+        wrappers: BTreeMap<u64, Vec<String>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
+        tls: Option<&TlsCerts>,
+    ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
@@ -306,15 +402,21 @@ impl Cluster {
             secret: format!("secret-{}", uuid::Uuid::new_v4()),
             platform: format!("platform-{}", uuid::Uuid::new_v4()),
             _dir: dir,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()?,
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            http: match tls {
+                Some(certs) => certs.client()?,
+                None => reqwest::Client::builder()
+                    .timeout(Duration::from_secs(20))
+                    .build()?,
+            },
+            extra_args: (extra.iter().map(|s| s.to_string()))
+                .chain(tls.map(TlsCerts::serve_args).into_iter().flatten())
+                .collect(),
             node_args: BTreeMap::new(),
             node_env,
             proxy,
             bin,
             wrappers,
+            scheme: if tls.is_some() { "https" } else { "http" },
         };
         for id in 1..=n {
             cluster.spawn(id, &cluster.peers.clone())?;
@@ -404,7 +506,12 @@ impl Cluster {
     }
 
     pub fn url(&self, id: u64, path: &str) -> String {
-        format!("http://{}{path}", self.nodes[&id].addr)
+        format!("{}://{}{path}", self.scheme, self.nodes[&id].addr)
+    }
+
+    /// Node `id`'s peer listener, when it has one apart from its client address.
+    pub fn peer_addr(&self, id: u64) -> Option<String> {
+        self.nodes[&id].peer_addr.clone()
     }
 
     pub fn is_running(&self, id: u64) -> bool {
@@ -659,14 +766,14 @@ impl Locks {
     pub fn new(cluster: &Cluster, node: u64, key: &str) -> Locks {
         Locks {
             http: cluster.http.clone(),
-            base: format!("http://{}", cluster.addr(node)),
+            base: cluster.url(node, ""),
             key: key.to_string(),
         }
     }
 
     pub fn on(&self, cluster: &Cluster, node: u64) -> Locks {
         Locks {
-            base: format!("http://{}", cluster.addr(node)),
+            base: cluster.url(node, ""),
             ..self.clone()
         }
     }

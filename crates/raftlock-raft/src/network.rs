@@ -1,6 +1,6 @@
 //! Peer RPCs over HTTP: [`Network`] sends them, [`internal_router`] receives them.
 //!
-//! Each RPC is one `POST http://{addr}/internal/raft/{append,vote,snapshot}` whose body is the
+//! Each RPC is one `POST http(s)://{addr}/internal/raft/{append,vote,snapshot}` whose body is the
 //! codec-encoded request and whose `200` answer is the codec-encoded
 //! `Result<Response, RaftError>` returned by the remote `Raft`. Requests carry the cluster
 //! secret in [`CLUSTER_SECRET_HEADER`]; without it anyone reaching the port could rewrite the
@@ -60,6 +60,8 @@ pub struct Network {
     /// The cluster id sent in [`CLUSTER_ID_HEADER`], once known (see
     /// [`Network::with_identity`]).
     identity: Option<ClusterIdentity>,
+    /// `http`, or `https` when the client speaks (mutual) TLS to peers.
+    scheme: &'static str,
 }
 
 impl Network {
@@ -84,7 +86,14 @@ impl Network {
             secret: Arc::from(secret.into()),
             source: None,
             identity: None,
+            scheme: "http",
         }
+    }
+
+    /// Calls peers over `scheme` (`https` for a client configured for mutual TLS).
+    pub fn with_scheme(mut self, scheme: &'static str) -> Self {
+        self.scheme = scheme;
+        self
     }
 
     /// Sends this node's cluster id on every RPC.
@@ -109,6 +118,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             secret: self.secret.clone(),
             source: self.source,
             identity: self.identity.clone(),
+            scheme: self.scheme,
             target,
             node: node.clone(),
         }
@@ -121,6 +131,7 @@ pub struct NetworkConnection {
     secret: Arc<str>,
     source: Option<NodeId>,
     identity: Option<ClusterIdentity>,
+    scheme: &'static str,
     target: NodeId,
     node: Node,
 }
@@ -153,7 +164,7 @@ impl NetworkConnection {
         E: Error + DeserializeOwned,
     {
         let body = codec::encode(req).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
-        let url = format!("http://{}{}", self.node.addr, path);
+        let url = format!("{}://{}{}", self.scheme, self.node.addr, path);
         let mut request = self
             .client
             .post(&url)

@@ -9,6 +9,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Deserialize;
 
+use crate::tls::TlsFiles;
+
 /// Flags of `raftlock serve`. Every one may also come from the environment or the file.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,6 +83,25 @@ pub struct ServeArgs {
     /// listener has its own accept loop and connection cap). Default: one listener for both.
     #[arg(long, env = "RAFTLOCK_PEER_LISTEN")]
     pub peer_listen: Option<String>,
+    /// PEM certificate chain for the client API: with --tls-key, clients connect over
+    /// HTTPS. Re-read when the file changes or on SIGHUP.
+    #[arg(long, env = "RAFTLOCK_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "RAFTLOCK_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate chain this node presents to its peers (mutual TLS; needs
+    /// --peer-listen, --peer-tls-key and --peer-ca). Its names must include this node's
+    /// peer address as the other nodes dial it.
+    #[arg(long, env = "RAFTLOCK_PEER_TLS_CERT")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, env = "RAFTLOCK_PEER_TLS_KEY")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) every peer certificate must chain to; peers without one are
+    /// refused at the handshake, and plaintext peer traffic is refused.
+    #[arg(long, env = "RAFTLOCK_PEER_CA")]
+    pub peer_ca: Option<PathBuf>,
 }
 
 /// The resolved configuration of one node.
@@ -108,6 +129,10 @@ pub struct Config {
     pub max_connections: usize,
     /// See [`ServeArgs::peer_listen`].
     pub peer_listen: Option<String>,
+    /// HTTPS for the client API (`--tls-cert`, `--tls-key`).
+    pub client_tls: Option<TlsFiles>,
+    /// Mutual TLS between nodes (`--peer-tls-cert`, `--peer-tls-key`, `--peer-ca`).
+    pub peer_tls: Option<TlsFiles>,
     /// Never initialize; wait to be added as a learner.
     pub join: bool,
 }
@@ -165,6 +190,11 @@ impl ServeArgs {
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
             max_connections: self.max_connections.or(other.max_connections),
             peer_listen: self.peer_listen.or(other.peer_listen),
+            tls_cert: self.tls_cert.or(other.tls_cert),
+            tls_key: self.tls_key.or(other.tls_key),
+            peer_tls_cert: self.peer_tls_cert.or(other.peer_tls_cert),
+            peer_tls_key: self.peer_tls_key.or(other.peer_tls_key),
+            peer_ca: self.peer_ca.or(other.peer_ca),
             join: self.join || other.join,
         }
     }
@@ -201,6 +231,31 @@ impl ServeArgs {
         if cluster_secret.is_empty() || platform_token.is_empty() {
             bail!("the cluster secret and platform token must not be empty");
         }
+        let client_tls = match (a.tls_cert.clone(), a.tls_key.clone()) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                ca: None,
+            }),
+            (None, None) => None,
+            _ => bail!("--tls-cert and --tls-key go together"),
+        };
+        let peer_tls = match (
+            a.peer_tls_cert.clone(),
+            a.peer_tls_key.clone(),
+            a.peer_ca.clone(),
+        ) {
+            (Some(cert), Some(key), Some(ca)) => Some(TlsFiles {
+                cert,
+                key,
+                ca: Some(ca),
+            }),
+            (None, None, None) => None,
+            _ => bail!("--peer-tls-cert, --peer-tls-key and --peer-ca go together"),
+        };
+        if peer_tls.is_some() && a.peer_listen.is_none() {
+            bail!("peer TLS needs --peer-listen: peer traffic gets its own (mutual TLS) listener");
+        }
         Ok(Config {
             node_id,
             listen,
@@ -221,6 +276,8 @@ impl ServeArgs {
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
             max_connections: a.max_connections.unwrap_or(8192),
             peer_listen: a.peer_listen,
+            client_tls,
+            peer_tls,
             join: a.join,
         })
     }

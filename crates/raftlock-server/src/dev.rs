@@ -26,6 +26,18 @@ pub struct DevArgs {
     /// Platform token for the admin API (random when omitted).
     #[arg(long, env = "RAFTLOCK_PLATFORM_TOKEN")]
     pub platform_token: Option<String>,
+    /// Serve HTTPS and use mutual TLS between nodes, with a throw-away CA made in
+    /// `<data-dir>/tls` (peers listen on base-port + 100 + i - 1).
+    #[arg(long)]
+    pub tls: bool,
+}
+
+/// Where a dev node listens and which certificate it uses.
+struct DevNode {
+    addr: String,
+    peer_addr: String,
+    /// (certificate, key) when `--tls`.
+    cert: Option<(PathBuf, PathBuf)>,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -37,33 +49,66 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .platform_token
         .clone()
         .unwrap_or_else(|| Alphanumeric.sample_string(&mut rand::thread_rng(), 32));
-    let addrs: Vec<String> = (0..args.nodes)
-        .map(|i| format!("127.0.0.1:{}", args.base_port + i as u16))
-        .collect();
-    let peers = addrs
+    let tls_dir = args.data_dir.join("tls");
+    let ca = match args.tls {
+        true => Some(crate::certs::Ca::open_or_create(&tls_dir, 3650)?),
+        false => None,
+    };
+    let nodes: Vec<DevNode> = (0..args.nodes as u16)
+        .map(|i| {
+            let addr = format!("127.0.0.1:{}", args.base_port + i);
+            let peer_addr = format!("127.0.0.1:{}", args.base_port + 100 + i);
+            let sans = ["127.0.0.1".to_string(), "localhost".to_string()];
+            let cert = match &ca {
+                Some(ca) => Some(ca.issue(&tls_dir, &format!("node{}", i + 1), &sans, 365)?),
+                None => None,
+            };
+            let peer_addr = if args.tls { peer_addr } else { addr.clone() };
+            Ok(DevNode {
+                addr,
+                peer_addr,
+                cert,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let peers = nodes
         .iter()
         .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
+        .map(|(i, n)| format!("{}={}", i + 1, n.peer_addr))
         .collect::<Vec<_>>()
         .join(",");
     let exe = std::env::current_exe().context("locating the raftlock binary")?;
     let mut children: Vec<Child> = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
+    for (i, node) in nodes.iter().enumerate() {
         let id = i + 1;
         let dir = args.data_dir.join(id.to_string());
-        let child = Command::new(&exe)
-            .args([
-                "serve",
-                "--node-id",
-                &id.to_string(),
-                "--listen",
-                addr,
-                "--peers",
-                &peers,
-            ])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(["--cluster-secret", &secret, "--platform-token", &platform])
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "serve",
+            "--node-id",
+            &id.to_string(),
+            "--listen",
+            &node.addr,
+            "--peers",
+            &peers,
+        ])
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["--cluster-secret", &secret, "--platform-token", &platform]);
+        if let Some((cert, key)) = &node.cert {
+            cmd.args(["--peer-listen", &node.peer_addr])
+                .arg("--tls-cert")
+                .arg(cert)
+                .arg("--tls-key")
+                .arg(key)
+                .arg("--peer-tls-cert")
+                .arg(cert)
+                .arg("--peer-tls-key")
+                .arg(key)
+                .arg("--peer-ca")
+                .arg(tls_dir.join("ca.pem"));
+        }
+        let child = cmd
             .env("RAFTLOCK_LOG", "warn,openraft=error")
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -71,9 +116,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .with_context(|| format!("starting node {id}"))?;
         children.push(child);
     }
-    let result = setup(&addrs, &platform).await;
+    let scheme = if args.tls { "https" } else { "http" };
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{scheme}://{}", n.addr))
+        .collect();
+    let cacert = args.tls.then(|| tls_dir.join("ca.pem"));
+    let result = setup(&urls, cacert.as_deref(), &platform).await;
     match result {
-        Ok(key) => print_banner(&addrs, &platform, &key),
+        Ok(key) => print_banner(&urls, cacert.as_deref(), &platform, &key),
         Err(e) => {
             eprintln!("raftlock dev: cluster did not come up: {e:#}");
             return Err(e);
@@ -88,9 +139,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// Waits for a leader, then creates (or reuses) project `default` and a service-role key.
-async fn setup(addrs: &[String], platform: &str) -> anyhow::Result<String> {
-    let client = reqwest::Client::new();
-    let base = format!("http://{}", addrs[0]);
+async fn setup(
+    urls: &[String],
+    cacert: Option<&std::path::Path>,
+    platform: &str,
+) -> anyhow::Result<String> {
+    let mut client = reqwest::Client::builder();
+    if let Some(path) = cacert {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+    }
+    let client = client.build()?;
+    let base = &urls[0];
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let ready = client
@@ -134,22 +194,32 @@ async fn setup(addrs: &[String], platform: &str) -> anyhow::Result<String> {
         .context("no secret in key answer")
 }
 
-fn print_banner(addrs: &[String], platform: &str, key: &str) {
-    println!("raftlock dev cluster is up ({} nodes)", addrs.len());
-    for (i, a) in addrs.iter().enumerate() {
-        println!("  node {}: http://{a}", i + 1);
+fn print_banner(urls: &[String], cacert: Option<&std::path::Path>, platform: &str, key: &str) {
+    println!("raftlock dev cluster is up ({} nodes)", urls.len());
+    for (i, url) in urls.iter().enumerate() {
+        println!("  node {}: {url}", i + 1);
     }
     println!("platform token:            {platform}");
     println!("project `default` key:     {key}");
+    let curl = match cacert {
+        Some(ca) => {
+            println!(
+                "CA certificate:            {} (--cacert, RAFTLOCK_CACERT)",
+                ca.display()
+            );
+            format!("curl -s --cacert {}", ca.display())
+        }
+        None => "curl -s".to_string(),
+    };
     println!();
     println!("try it:");
     println!(
-        "  curl -s -X POST http://{}/locks/my-job/lease -H 'Authorization: Bearer {key}' \\\n    -H \"X-Volcano-Lock-Token: $(cat /proc/sys/kernel/random/uuid)\" -H 'Content-Type: application/json' -d '{{\"ttl_seconds\":30}}'",
-        addrs[0]
+        "  {curl} -X POST {}/locks/my-job/lease -H 'Authorization: Bearer {key}' \\\n    -H \"X-Volcano-Lock-Token: $(cat /proc/sys/kernel/random/uuid)\" -H 'Content-Type: application/json' -d '{{\"ttl_seconds\":30}}'",
+        urls[0]
     );
     println!(
-        "  curl -s http://{}/locks/my-job -H 'Authorization: Bearer {key}'",
-        addrs[addrs.len() - 1]
+        "  {curl} {}/locks/my-job -H 'Authorization: Bearer {key}'",
+        urls[urls.len() - 1]
     );
     println!();
     println!("Ctrl-C stops the cluster (data stays in the data directory).");

@@ -164,10 +164,7 @@ async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
 
 async fn ask(node: &SharedNode, addr: &str, body: &PreVote) -> bool {
     let req = node
-        .peer_request(
-            reqwest::Method::POST,
-            &format!("http://{addr}{PREVOTE_PATH}"),
-        )
+        .peer_request(reqwest::Method::POST, &node.peer_url(addr, PREVOTE_PATH))
         .timeout(PREVOTE_TIMEOUT)
         .json(body);
     let Ok(resp) = req.send().await else {

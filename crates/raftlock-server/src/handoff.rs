@@ -194,10 +194,7 @@ async fn wait_caught_up(
 /// again until leadership moves or its deadline passes).
 async fn ask_to_campaign(node: &SharedNode, addr: &str) {
     let req = node
-        .peer_request(
-            reqwest::Method::POST,
-            &format!("http://{addr}{CAMPAIGN_PATH}"),
-        )
+        .peer_request(reqwest::Method::POST, &node.peer_url(addr, CAMPAIGN_PATH))
         .timeout(Duration::from_millis(500));
     match req.send().await {
         Ok(resp) if resp.status().is_success() => {}

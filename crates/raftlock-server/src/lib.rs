@@ -13,10 +13,14 @@
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
 //!   error dialects, body limits and forwarding to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
+//! - [`tls`]: HTTPS for clients and mutual TLS between nodes, following the certificate
+//!   files for rotation.
 //! - [`dev`]: `raftlock dev`, a local multi-node cluster in one command.
+//! - [`certs`]: `raftlock certs`, a private CA and node certificates for TLS.
 //! - [`cli`]: the client commands of the binary (`lock`, `ns`, `lease`, `hlock`, `admin`,
 //!   `cluster`), built on `raftlock-client`.
 
+pub mod certs;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -28,12 +32,23 @@ pub mod listener;
 pub mod node;
 pub mod proposer;
 pub mod telemetry;
+pub mod tls;
 
 use anyhow::Context;
 
 /// Runs one node until the process is told to stop.
 pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     telemetry::init_metrics();
+    // Certificates first: a bad file stops the node before it binds anything.
+    let client_tls = match &config.client_tls {
+        Some(files) => Some(tls::ServerTls::load(files.clone())?),
+        None => None,
+    };
+    let peer_tls = match &config.peer_tls {
+        Some(files) => Some(tls::ServerTls::load(files.clone())?),
+        None => None,
+    };
+    warn_if_plaintext(&config);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -49,23 +64,36 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     let node = node::Node::start(config).await?;
     let max_connections = node.config.max_connections;
     let (stop_listening, stopped) = tokio::sync::watch::channel(false);
-    let serve_on = |listener, app| {
+    let serve_on = |listener, app, tls| {
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
             let stop = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
-            listener::serve(listener, app, max_connections, stop).await
+            listener::serve(listener, app, max_connections, tls, stop).await
         })
     };
     let mut servers = Vec::new();
     match peer_listener {
         Some(peers) => {
-            servers.push(serve_on(listener, http::client_router(node.clone())));
-            servers.push(serve_on(peers, http::router(node.clone())));
+            let client_app = http::client_router(node.clone());
+            servers.push(serve_on(listener, client_app, client_tls.clone()));
+            servers.push(serve_on(
+                peers,
+                http::router(node.clone()),
+                peer_tls.clone(),
+            ));
         }
-        None => servers.push(serve_on(listener, http::router(node.clone()))),
+        None => servers.push(serve_on(
+            listener,
+            http::router(node.clone()),
+            client_tls.clone(),
+        )),
     }
+    tls::watch(tls::Reloadable {
+        servers: client_tls.into_iter().chain(peer_tls).collect(),
+        peer_client: node.peer_tls.clone(),
+    });
     election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
     node.spawn_ticker();
@@ -80,6 +108,26 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     }
     node.raft.shutdown().await.ok();
     Ok(())
+}
+
+/// Logs a warning for each listener that serves plaintext on an address other than loopback:
+/// keys, the platform token and the cluster secret would cross the network in clear.
+fn warn_if_plaintext(config: &config::Config) {
+    let exposed = |addr: &str| {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => !ip.is_loopback(),
+            Err(_) => host != "localhost",
+        }
+    };
+    if config.client_tls.is_none() && exposed(&config.listen) {
+        tracing::warn!(listen = %config.listen, "serving the client API in plaintext on a non-loopback address: keys travel in clear (set --tls-cert/--tls-key)");
+    }
+    let peer_addr = config.peer_listen.as_deref().unwrap_or(&config.listen);
+    if config.peer_tls.is_none() && exposed(peer_addr) {
+        tracing::warn!(listen = %peer_addr, "peer traffic is plaintext on a non-loopback address: the cluster secret travels in clear (set --peer-tls-cert/--peer-tls-key/--peer-ca)");
+    }
 }
 
 /// How long a stopping leader tries to hand leadership over before it just stops.

@@ -7,6 +7,9 @@
 //!   which is why the node's own HTTP clients drop idle connections sooner.
 //! - **Connection cap** (`--max-connections`): past it, new connections wait in the kernel's
 //!   accept queue instead of each taking memory and a task.
+//! - **TLS** (optional, [`crate::tls`]): the handshake runs on the connection's own task
+//!   and must finish within the header-read timeout too; a failed handshake closes the
+//!   connection and is counted in `raftlock_tls_handshake_failures_total`.
 //! - **Graceful stop**: on SIGTERM/Ctrl-C, stop accepting, let open connections finish their
 //!   requests (bounded by [`DRAIN_TIMEOUT`]), then return.
 
@@ -20,17 +23,21 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::tls::ServerTls;
+
 /// How long a client may take to send a request head (and how long an idle keep-alive
 /// connection stays open).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping node waits for open requests to finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `app` on `listener` until `shutdown` resolves, with at most `max_connections` open.
+/// Serves `app` on `listener` until `shutdown` resolves, with at most `max_connections` open;
+/// over TLS when `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     max_connections: usize,
+    tls: Option<Arc<ServerTls>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(max_connections.max(1)));
@@ -60,11 +67,36 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
+        let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         metrics::gauge!("raftlock_http_connections").increment(1.0);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let served = match acceptor {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn).await
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(tls)) => {
+                            let conn = builder.serve_connection(TokioIo::new(tls), service);
+                            watcher.watch(conn).await
+                        }
+                        Ok(Err(e)) => {
+                            metrics::counter!("raftlock_tls_handshake_failures_total").increment(1);
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            metrics::counter!("raftlock_tls_handshake_failures_total").increment(1);
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             metrics::gauge!("raftlock_http_connections").decrement(1.0);

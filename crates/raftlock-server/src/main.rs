@@ -1,4 +1,5 @@
-//! The `raftlock` binary: `serve` runs one node, `dev` a local cluster; the other
+//! The `raftlock` binary: `serve` runs one node, `dev` a local cluster, `certs` makes TLS
+//! certificates; the other
 //! subcommands are the command-line client (`raftlock_server::cli`).
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Start a local development cluster and print how to use it.
     Dev(DevArgs),
+    /// Make a private CA and node certificates for TLS (PEM files).
+    Certs(raftlock_server::certs::CertsArgs),
     #[command(flatten)]
     Client(raftlock_server::cli::ClientCommand),
 }
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             raftlock_server::telemetry::init_logs("text", "info");
             runtime.block_on(raftlock_server::dev::run(args))
         }
+        Command::Certs(args) => raftlock_server::certs::run(args),
         Command::Client(cmd) => {
             let filter = std::env::var("RAFTLOCK_CLI_LOG").unwrap_or_else(|_| "off".into());
             raftlock_server::telemetry::init_logs("text", &filter);

@@ -62,8 +62,13 @@ pub struct Node {
     read_gate: Arc<ReadGate>,
     /// Rate-limit windows; only meaningful on the leader, where every request is decided.
     limiter: Mutex<FixedWindow>,
-    /// Client for forwarding requests to the leader.
+    /// Client for node-to-node requests (forwarding, hand-off, pre-vote, cluster status);
+    /// speaks mutual TLS when peer TLS is configured.
     pub forward_client: reqwest::Client,
+    /// `https` with peer TLS, else `http`: the scheme of every node-to-node URL.
+    pub peer_scheme: &'static str,
+    /// This node's peer certificate and peer CA, which follow their files (`crate::tls`).
+    pub peer_tls: Option<Arc<crate::tls::PeerClientTls>>,
     /// This node's cluster id, checked on every node-to-node request.
     pub identity: raftlock_raft::ClusterIdentity,
     /// Cluster time: stamps for proposals, the time reads are judged at, the offset guard.
@@ -85,7 +90,32 @@ pub struct Node {
     pub waiters: Arc<raftlock_raft::WaiterBoard>,
 }
 
+/// An HTTP client for node-to-node requests: kept-alive connections with `TCP_NODELAY`
+/// (heartbeats are small and latency-bound), and mutual TLS when configured.
+fn peer_client(
+    tls: Option<&Arc<crate::tls::PeerClientTls>>,
+    connect_timeout: Duration,
+) -> anyhow::Result<reqwest::Client> {
+    let builder = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        // Shorter than the peers' header-read timeout (10 s), which also closes idle
+        // connections: this side lets go first, so a reused connection is never one the
+        // server is closing.
+        .pool_idle_timeout(Duration::from_secs(5))
+        .connect_timeout(connect_timeout);
+    let builder = match tls {
+        Some(tls) => builder.use_preconfigured_tls(tls.client_config()?),
+        None => builder.use_rustls_tls(),
+    };
+    Ok(builder.build()?)
+}
+
 impl Node {
+    /// The URL of `path` on the peer listening at `addr`.
+    pub fn peer_url(&self, addr: &str, path: &str) -> String {
+        format!("{}://{addr}{path}", self.peer_scheme)
+    }
+
     /// Opens storage, builds the Raft instance and starts the proposer.
     pub async fn start(config: Config) -> anyhow::Result<SharedNode> {
         std::fs::create_dir_all(&config.data_dir)
@@ -135,9 +165,18 @@ impl Node {
         // Names this node on every peer RPC (x-raftlock-from), so a per-link fault proxy can
         // tell links apart (chaos suite).
         let log_reader = log_store.clone();
-        let network = raftlock_raft::Network::new(config.cluster_secret.clone())
-            .with_source(config.node_id)
-            .with_identity(identity.clone());
+        let peer_tls = match &config.peer_tls {
+            Some(files) => Some(crate::tls::PeerClientTls::load(files.clone())?),
+            None => None,
+        };
+        let peer_scheme = if peer_tls.is_some() { "https" } else { "http" };
+        let network = raftlock_raft::Network::with_client(
+            peer_client(peer_tls.as_ref(), Duration::from_secs(1))?,
+            config.cluster_secret.clone(),
+        )
+        .with_scheme(peer_scheme)
+        .with_source(config.node_id)
+        .with_identity(identity.clone());
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -156,13 +195,7 @@ impl Node {
             })
         };
         let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
-        let forward_client = reqwest::Client::builder()
-            // Shorter than the peers' header-read timeout (10 s), which also closes idle
-            // connections: this side lets go first, so a reused connection is never one the
-            // server is closing.
-            .pool_idle_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .build()?;
+        let forward_client = peer_client(peer_tls.as_ref(), Duration::from_secs(2))?;
         let read_gate = ReadGate::new(raft.clone(), config.commit_timeout);
         Ok(Arc::new(Node {
             config,
@@ -172,6 +205,8 @@ impl Node {
             read_gate,
             limiter: Mutex::new(FixedWindow::default()),
             forward_client,
+            peer_scheme,
+            peer_tls,
             identity,
             clock,
             stopping: tokio::sync::watch::Sender::new(false),

@@ -86,6 +86,9 @@ pub struct Conn {
     /// Timeout of one request, in seconds.
     #[arg(long, global = true, default_value_t = 10, value_name = "SECS")]
     pub request_timeout: u64,
+    /// PEM CA certificate to trust for `https://` endpoints (a cluster with its own CA).
+    #[arg(long, env = "RAFTLOCK_CACERT", global = true, value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
 }
 
 /// A CLI failure: one line for stderr and an exit status.
@@ -165,12 +168,17 @@ impl Conn {
     }
 
     fn build(&self, token: String) -> Result<Client, Failure> {
-        Ok(Client::builder()
+        let mut builder = Client::builder()
             .endpoints(self.endpoints.clone())
             .token(token)
             .request_timeout(Duration::from_secs(self.request_timeout.max(1)))
-            .failover_budget(Duration::from_secs(5))
-            .build()?)
+            .failover_budget(Duration::from_secs(5));
+        if let Some(path) = &self.cacert {
+            let pem = std::fs::read(path)
+                .map_err(|e| Failure::error(format!("--cacert {}: {e}", path.display())))?;
+            builder = builder.ca_cert_pem(pem);
+        }
+        Ok(builder.build()?)
     }
 
     /// Prints `value` as JSON with `--json`, else the human text.

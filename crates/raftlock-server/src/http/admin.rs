@@ -440,7 +440,7 @@ async fn cluster_status(
             let client = &node.forward_client;
             let timeout = std::time::Duration::from_secs(1);
             let view = client
-                .get(format!("http://{addr}/admin/v1/cluster"))
+                .get(node.peer_url(&addr, "/admin/v1/cluster"))
                 .bearer_auth(&token)
                 .timeout(timeout)
                 .send()
@@ -449,7 +449,7 @@ async fn cluster_status(
                 Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
                 _ => None,
             };
-            let ready = client.get(format!("http://{addr}/readyz")).timeout(timeout).send().await;
+            let ready = client.get(node.peer_url(&addr, "/readyz")).timeout(timeout).send().await;
             let ready = ready.map(|r| r.status().is_success()).unwrap_or(false);
             json!({ "id": id, "addr": addr, "reachable": view.is_some(), "ready": ready, "view": view })
         }

@@ -362,7 +362,7 @@ struct Failed {
 
 async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Failed> {
     let d = call.dialect;
-    let url = format!("http://{addr}{}", call.path);
+    let url = node.peer_url(addr, &call.path);
     // At least a few milliseconds, so an attempt at the deadline fails as a timeout.
     let timeout = call
         .deadline
