@@ -9,7 +9,9 @@
 #
 # Knobs (environment): BENCH_ROUNDS (2), BENCH_SECONDS per cell (5), BENCH_WARMUP (1),
 # BENCH_CLIENTS (1,16,64,256), BENCH_WORKLOADS (1,2,3,3h,4,5,6), BENCH_HELD (100000),
-# BENCH_MEM_LOCKS (1000000; 0 skips the memory phase), BENCH_DIR (target/bench; must be on disk).
+# BENCH_MEM_LOCKS (1000000; 0 skips the memory phase), BENCH_TLS_ROUNDS (2; 0 skips the TLS
+# phase), BENCH_DIR (target/bench; must be on disk). BENCH_ONLY=tls runs only the TLS phase
+# (and prints its table instead of rewriting docs/benchmarks.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,6 +23,8 @@ CLIENTS=${BENCH_CLIENTS:-1,16,64,256}
 WORKLOADS=${BENCH_WORKLOADS:-1,2,3,3h,4,5,6}
 HELD=${BENCH_HELD:-100000}
 MEM_LOCKS=${BENCH_MEM_LOCKS:-1000000}
+TLS_ROUNDS=${BENCH_TLS_ROUNDS:-2}
+ONLY=${BENCH_ONLY:-}
 WORK=${BENCH_DIR:-$ROOT/target/bench}
 RESULTS=$WORK/results.jsonl
 BIN=$ROOT/target/release
@@ -79,6 +83,38 @@ start_raftlock() {
   done
 }
 
+# TLS on: HTTPS for clients and mutual TLS between nodes on their peer listeners (:720i).
+start_raftlock_tls() {
+  local peers=1=127.0.0.1:7201,2=127.0.0.1:7202,3=127.0.0.1:7203
+  for i in 1 2 3; do
+    mkdir -p "$WORK/rl/n$i"
+    RAFTLOCK_LOG=${RAFTLOCK_LOG:-warn} "$BIN/raftlock" serve --node-id "$i" --listen "127.0.0.1:710$i" \
+      --peer-listen "127.0.0.1:720$i" --data-dir "$WORK/rl/n$i" --peers "$peers" \
+      --cluster-secret "$SECRET" --platform-token "$PLATFORM" \
+      --tls-cert "$WORK/tls/node.pem" --tls-key "$WORK/tls/node-key.pem" \
+      --peer-tls-cert "$WORK/tls/node.pem" --peer-tls-key "$WORK/tls/node-key.pem" \
+      --peer-ca "$WORK/tls/ca.pem" >>"$WORK/rl-n$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+# One cell (workload 2, acquire+release cycles, 64 clients) with TLS off or on; prints
+# "cycles/s p99_ms".
+tls_cell() { # off|on round
+  local mode=$1 round=$2 ca=()
+  rm -rf "$WORK/rl"
+  if [[ $mode == on ]]; then start_raftlock_tls; ca=(--cacert "$WORK/tls/ca.pem"); else start_raftlock; fi
+  "$BIN/raftlock-bench" "${ca[@]}" run --system raftlock --endpoints "$RL_EPS" \
+    --platform-token "$PLATFORM" --workloads 2 --clients 64 --seconds "$SECS" --warmup "$WARMUP" \
+    --round "$round" --out "$WORK/tls-$mode.jsonl" >/dev/null 2>&1
+  stop_all
+  python3 - "$WORK/tls-$mode.jsonl" <<'PY'
+import json, sys
+c = [json.loads(l) for l in open(sys.argv[1])][-1]
+print("%.0f %.2f" % (c["throughput"], c["p99_ms"]))
+PY
+}
+
 start_etcd() {
   for i in 1 2 3; do
     etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
@@ -102,11 +138,41 @@ run_round() { # system round
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-for ((r = 1; r <= ROUNDS; r++)); do
-  run_round raftlock "$r"
-  run_round etcd "$r"
-done
+if [[ -z $ONLY ]]; then
+  for ((r = 1; r <= ROUNDS; r++)); do
+    run_round raftlock "$r"
+    run_round etcd "$r"
+  done
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- TLS (raftlock) ----
+TLS_MD=$WORK/tls.md
+: >"$TLS_MD"
+if ((TLS_ROUNDS > 0)) && [[ -z $ONLY || $ONLY == tls ]]; then
+  "$BIN/raftlock" certs --out "$WORK/tls" --node node=127.0.0.1,localhost >/dev/null
+  {
+    echo "## TLS (raftlock)"
+    echo
+    echo "Workload 2 (acquire+release cycles), 64 clients, kept-alive connections; TLS on = HTTPS"
+    echo "to clients and mutual TLS between nodes (each on its peer listener); rounds alternate."
+    echo
+    echo "| round | TLS off: cycles/s | p99 (ms) | TLS on: cycles/s | p99 (ms) |"
+    echo "| ---: | ---: | ---: | ---: | ---: |"
+  } >>"$TLS_MD"
+  for ((r = 1; r <= TLS_ROUNDS; r++)); do
+    log "TLS round $r: off"
+    read -r off_tp off_p99 < <(tls_cell off "$r")
+    log "TLS round $r: on"
+    read -r on_tp on_p99 < <(tls_cell on "$r")
+    echo "| $r | $off_tp | $off_p99 | $on_tp | $on_p99 |" >>"$TLS_MD"
+  done
+  echo >>"$TLS_MD"
+fi
+if [[ $ONLY == tls ]]; then
+  cat "$TLS_MD"
+  exit 0
+fi
 
 # ---- memory and recovery (raftlock) ----
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
@@ -118,6 +184,7 @@ ready_and_read() { # addr key -> 0 once /readyz is 200 and a read of a held lock
 
 FOOTER=$WORK/footer.md
 : >"$FOOTER"
+cat "$TLS_MD" >"$FOOTER"
 if ((MEM_LOCKS > 0)); then
   rm -rf "$WORK/rl"
   start_raftlock
@@ -156,7 +223,7 @@ if ((MEM_LOCKS > 0)); then
   RSS2=()
   for i in 0 1 2; do RSS2+=("$(rss_mib "${PIDS[$i]}")"); done
   stop_all
-  cat >"$FOOTER" <<MD
+  cat >>"$FOOTER" <<MD
 ## Memory and recovery (raftlock, $MEM_LOCKS held project locks)
 
 Loaded by 256 concurrent acquirers (TTL 1 day) in ${LOAD_S} s; data directory of one node: ${DISK}.

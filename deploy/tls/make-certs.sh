@@ -40,4 +40,12 @@ case "${1:-compose}" in
     ;;
 esac
 "$bin" certs --out "$out" --days "$days" "${args[@]}"
+if [ "${1:-compose}" = compose ]; then
+  # The image runs as uid 65532; keys are written 0600.
+  if [ "$(id -u)" = 0 ]; then
+    chown 65532:65532 "$out"/node?-key.pem
+  else
+    echo "note: the containers run as uid 65532; let it read $out/node?-key.pem (sudo chown 65532 …)" >&2
+  fi
+fi
 echo "CA for clients: $out/ca.pem (raftlock --cacert, RAFTLOCK_CACERT, curl --cacert)"

@@ -1,6 +1,7 @@
 //! One kept-alive HTTP/1.1 connection per simulated client, straight on hyper (no pool, no
 //! per-request allocation beyond the request itself), so the load generator stays cheap next
-//! to three server processes on a small machine.
+//! to three server processes on a small machine. With [`use_tls`], every connection is
+//! HTTPS (rustls), to measure what TLS costs raftlock.
 
 use std::time::Duration;
 
@@ -11,6 +12,28 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+/// The TLS connector every new connection uses, when set by [`use_tls`].
+static TLS: std::sync::OnceLock<tokio_rustls::TlsConnector> = std::sync::OnceLock::new();
+
+/// Makes every connection from now on HTTPS, trusting only the CA certificate(s) in `pem`.
+pub fn use_tls(pem: &[u8]) -> anyhow::Result<()> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TLS.set(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        config,
+    )))
+    .map_err(|_| anyhow!("TLS already configured"))
+}
 
 /// A client connection to `addr`, re-established on the next call after it breaks.
 pub struct Conn {
@@ -41,10 +64,24 @@ impl Conn {
             .map_err(|_| anyhow!("connecting to {}: timed out", self.addr))?
             .with_context(|| format!("connecting to {}", self.addr))?;
             stream.set_nodelay(true)?;
-            let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
+            let sender = match TLS.get() {
+                None => {
+                    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+                    tokio::spawn(conn);
+                    sender
+                }
+                Some(tls) => {
+                    let host = self
+                        .addr
+                        .rsplit_once(':')
+                        .map_or(self.addr.as_str(), |(h, _)| h);
+                    let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+                    let stream = tls.connect(name, stream).await?;
+                    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+                    tokio::spawn(conn);
+                    sender
+                }
+            };
             self.sender = Some(sender);
         }
         Ok(self.sender.as_mut().expect("just set"))

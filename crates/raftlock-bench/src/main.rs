@@ -28,6 +28,10 @@ struct Cli {
     /// Tokio worker threads of the load generator (1 = a single-threaded runtime).
     #[arg(long, default_value_t = 1, global = true)]
     threads: usize,
+    /// Speak HTTPS to the servers, trusting this PEM CA certificate (raftlock with
+    /// --tls-cert); measures what TLS costs.
+    #[arg(long, global = true)]
+    cacert: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -109,6 +113,10 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some(ca) = &cli.cacert {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        conn::use_tls(&pem)?;
+    }
     let rt = if cli.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -113,20 +113,22 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
 /// Logs a warning for each listener that serves plaintext on an address other than loopback:
 /// keys, the platform token and the cluster secret would cross the network in clear.
 fn warn_if_plaintext(config: &config::Config) {
-    let exposed = |addr: &str| {
-        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => !ip.is_loopback(),
-            Err(_) => host != "localhost",
-        }
-    };
     if config.client_tls.is_none() && exposed(&config.listen) {
         tracing::warn!(listen = %config.listen, "serving the client API in plaintext on a non-loopback address: keys travel in clear (set --tls-cert/--tls-key)");
     }
     let peer_addr = config.peer_listen.as_deref().unwrap_or(&config.listen);
     if config.peer_tls.is_none() && exposed(peer_addr) {
         tracing::warn!(listen = %peer_addr, "peer traffic is plaintext on a non-loopback address: the cluster secret travels in clear (set --peer-tls-cert/--peer-tls-key/--peer-ca)");
+    }
+}
+
+/// Whether a listen address reaches beyond this machine (anything but loopback).
+fn exposed(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => !ip.is_loopback(),
+        Err(_) => host != "localhost",
     }
 }
 
@@ -155,4 +157,17 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     ctrl_c.await.ok();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_loopback_listeners_count_as_private() {
+        for private in ["127.0.0.1:7001", "127.0.0.2:1", "[::1]:7001", "localhost:7001"] {
+            assert!(!super::exposed(private), "{private}");
+        }
+        for public in ["0.0.0.0:7001", "10.0.0.5:7002", "[::]:7001", "raftlock-0.raftlock:7002"] {
+            assert!(super::exposed(public), "{public}");
+        }
+    }
 }
