@@ -559,7 +559,7 @@ async fn every_validation_limit_is_invalid_argument_naming_the_field() -> anyhow
         ),
         (
             "ListLocks",
-            json!({ "namespace_name": "UserObjects", "limit": 101 }),
+            json!({ "namespace_name": "UserObjects", "limit": 251 }),
             "limit",
         ),
         (

@@ -20,8 +20,10 @@ pub const MAX_METADATA_ENTRIES: usize = 32;
 pub const MAX_METADATA_KEY: usize = 128;
 pub const MAX_METADATA_VALUE: usize = 256;
 pub const MAX_DESCRIPTION: usize = 1024;
-/// §5 page size bounds (0 means the maximum).
-pub const MAX_PAGE: u32 = 100;
+/// §5 largest page size, as Grackle allows.
+pub const MAX_PAGE: u32 = 250;
+/// §5 page size when a list call asks for 0 (no limit given).
+pub const DEFAULT_PAGE: u32 = 100;
 
 type Result<T = ()> = std::result::Result<T, CoreError>;
 
@@ -158,9 +160,9 @@ pub fn description(text: &str) -> Result {
 /// §5 page size: 0–100, where 0 means 100. Returns the effective size.
 pub fn page_limit(limit: u32) -> Result<usize> {
     match limit {
-        0 => Ok(MAX_PAGE as usize),
+        0 => Ok(DEFAULT_PAGE as usize),
         1..=MAX_PAGE => Ok(limit as usize),
-        _ => Err(CoreError::invalid("limit", "must be between 0 and 100")),
+        _ => Err(CoreError::invalid("limit", "must be between 0 and 250")),
     }
 }
 
@@ -231,6 +233,7 @@ mod tests {
     fn page_limits() {
         assert_eq!(page_limit(0).unwrap(), 100);
         assert_eq!(page_limit(7).unwrap(), 7);
-        assert!(page_limit(101).is_err());
+        assert_eq!(page_limit(250).unwrap(), 250);
+        assert!(page_limit(251).is_err());
     }
 }

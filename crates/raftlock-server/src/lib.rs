@@ -163,10 +163,20 @@ async fn shutdown_signal() {
 mod tests {
     #[test]
     fn only_loopback_listeners_count_as_private() {
-        for private in ["127.0.0.1:7001", "127.0.0.2:1", "[::1]:7001", "localhost:7001"] {
+        for private in [
+            "127.0.0.1:7001",
+            "127.0.0.2:1",
+            "[::1]:7001",
+            "localhost:7001",
+        ] {
             assert!(!super::exposed(private), "{private}");
         }
-        for public in ["0.0.0.0:7001", "10.0.0.5:7002", "[::]:7001", "raftlock-0.raftlock:7002"] {
+        for public in [
+            "0.0.0.0:7001",
+            "10.0.0.5:7002",
+            "[::]:7001",
+            "raftlock-0.raftlock:7002",
+        ] {
             assert!(super::exposed(public), "{public}");
         }
     }

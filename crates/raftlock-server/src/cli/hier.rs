@@ -12,7 +12,7 @@ use super::{nanos, parse_metadata, table, CmdResult, Conn, Failure};
 /// Paging flags of list commands.
 #[derive(Debug, Clone, Args)]
 pub struct Paging {
-    /// Items per page (1–100).
+    /// Items per page (1–250).
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
     /// Page token from a previous listing.
