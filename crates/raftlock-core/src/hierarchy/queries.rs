@@ -1,0 +1,189 @@
+//! The read-only operations of [`Hierarchy`]: namespaces, leases and locks as the API shows
+//! them at a given time, where a queued acquire stands, and counts for metrics.
+
+use super::*;
+
+impl Hierarchy {
+    pub fn get_namespace(&self, project: &str, name: &str) -> Result<NamespaceView> {
+        validate::simple_name("namespace_name", name)?;
+        Ok(self.ns(project, name)?.view(name))
+    }
+
+    pub fn list_namespaces(
+        &self,
+        project: &str,
+        token: &str,
+        limit: u32,
+    ) -> Result<(Vec<NamespaceView>, String, String)> {
+        let limit = validate::page_limit(limit)?;
+        let empty = OrdMap::new();
+        let spaces = self.projects.get(project).unwrap_or(&empty);
+        let Page {
+            items,
+            next_token,
+            previous_token,
+        } = paginate(spaces, token, limit, |_| true)?;
+        Ok((
+            items.into_iter().map(|(k, ns)| ns.view(k)).collect(),
+            next_token,
+            previous_token,
+        ))
+    }
+
+    pub fn get_lease(
+        &self,
+        project: &str,
+        namespace: &str,
+        lease_id: &str,
+        now: Nanos,
+    ) -> Result<LeaseView> {
+        validate::simple_name("namespace_name", namespace)?;
+        let ns = self.ns(project, namespace)?;
+        let lease = ns
+            .leases
+            .get(lease_id)
+            .filter(|l| now < l.expires_at)
+            .ok_or_else(lease_not_found)?;
+        Ok(LeaseView {
+            lease_id: lease_id.to_string(),
+            process_id: lease.process_id.clone(),
+            created_at: lease.created_at,
+            expires_at: lease.expires_at,
+        })
+    }
+
+    pub fn list_leases(
+        &self,
+        project: &str,
+        namespace: &str,
+        process_id: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<LeaseView>, String, String)> {
+        validate::simple_name("namespace_name", namespace)?;
+        let limit = validate::page_limit(limit)?;
+        let ns = self.ns(project, namespace)?;
+        let keep =
+            |l: &Lease| now < l.expires_at && (process_id.is_empty() || l.process_id == process_id);
+        let page = paginate(&ns.leases, token, limit, keep)?;
+        let items = page
+            .items
+            .into_iter()
+            .map(|(id, l)| LeaseView {
+                lease_id: id.clone(),
+                process_id: l.process_id.clone(),
+                created_at: l.created_at,
+                expires_at: l.expires_at,
+            })
+            .collect();
+        Ok((items, page.next_token, page.previous_token))
+    }
+
+    /// Where a queued acquire stands, judged on the applied state at `now`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn waiter_state(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        lease_id: &str,
+        exclusive: bool,
+        waiter_id: &str,
+        now: Nanos,
+    ) -> Result<WaitState> {
+        let ns = self.ns(project, namespace)?;
+        if !ns.lease_live(lease_id, now) {
+            return Err(lease_not_found());
+        }
+        if ns.is_queued(lock_name, waiter_id) {
+            return Ok(WaitState::Queued);
+        }
+        if ns.holds_mode(lease_id, lock_name, exclusive) {
+            return Ok(WaitState::Granted);
+        }
+        Ok(WaitState::Dropped)
+    }
+
+    /// Would `lease_id` be blocked on `lock_name` at `now`? (Used by waiting servers.)
+    pub fn probe(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        exclusive: bool,
+        lease_id: &str,
+        now: Nanos,
+    ) -> Result<Option<AcquireReply>> {
+        let ns = self.ns(project, namespace)?;
+        if !ns.lease_live(lease_id, now) {
+            return Err(lease_not_found());
+        }
+        Ok(ns
+            .contention(lease_id, lock_name, exclusive, now)
+            .map(|(reason, blocking_locks)| AcquireReply {
+                lock: ns.lock_view(lock_name, now),
+                outcome: AcquireOutcome::Unavailable,
+                reason,
+                blocking_locks,
+            }))
+    }
+
+    pub fn get_lock(
+        &self,
+        project: &str,
+        namespace: &str,
+        lock_name: &str,
+        now: Nanos,
+    ) -> Result<LockView> {
+        validate::simple_name("namespace_name", namespace)?;
+        validate::lock_name(lock_name)?;
+        Ok(self.ns(project, namespace)?.lock_view(lock_name, now))
+    }
+
+    /// Held locks only.
+    pub fn list_locks(
+        &self,
+        project: &str,
+        namespace: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<LockView>, String, String)> {
+        validate::simple_name("namespace_name", namespace)?;
+        let limit = validate::page_limit(limit)?;
+        let ns = self.ns(project, namespace)?;
+        let keep = |r: &LockRecord| r.holders.keys().any(|id| ns.lease_live(id, now));
+        let page = paginate(&ns.locks, token, limit, keep)?;
+        let items = page
+            .items
+            .into_iter()
+            .map(|(k, _)| ns.lock_view(k, now))
+            .collect();
+        Ok((items, page.next_token, page.previous_token))
+    }
+
+    /// Counts for metrics: (namespaces, live leases, held locks).
+    pub fn totals(&self) -> (usize, usize, usize) {
+        let spaces = self.projects.values().flat_map(|p| p.values());
+        spaces.fold((0, 0, 0), |(n, l, k), ns| {
+            (n + 1, l + ns.leases.len(), k + ns.locks.len())
+        })
+    }
+
+    /// Whether no project has a namespace.
+    pub fn is_empty(&self) -> bool {
+        self.projects.is_empty()
+    }
+
+    /// Leases in the expiry index (every stored lease, live or not yet reaped).
+    pub fn leases_tracked(&self) -> usize {
+        self.by_expiry.len()
+    }
+
+    /// Number of queued acquires in all namespaces (metrics).
+    pub fn waiter_count(&self) -> usize {
+        let spaces = self.projects.values().flat_map(|p| p.values());
+        spaces.map(|ns| ns.waiter_usage().count).sum()
+    }
+}
