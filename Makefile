@@ -7,7 +7,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint unit integration bench bench-core clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration bench bench-core clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -29,7 +29,12 @@ integration:
 	$(CARGO) build --bin raftlock
 	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock $(CARGO) test -p raftlock-tests -- --test-threads=2
 
-test: fmt lint unit integration
+# The Prometheus alert rules (deploy/prometheus/alerts.yml) must load.
+rules:
+	@command -v promtool >/dev/null || { echo "promtool missing: apt-get install prometheus (.ci/run does)"; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+
+test: fmt lint rules unit integration
 
 # The short chaos run is part of `integration` (tests/tests/chaos.rs, chaos_short); this
 # target runs it alone. CHAOS_SEED=<seed> replays a fault plan.

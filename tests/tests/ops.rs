@@ -99,3 +99,85 @@ async fn health_metrics_status_and_request_ids() -> anyhow::Result<()> {
     assert_eq!(status["leader"].as_u64(), Some(leader));
     Ok(())
 }
+
+/// Every series on `/metrics` has a `# HELP` line, and every raftlock series the Grafana
+/// dashboard and the Prometheus alert rules use exists on a live node (so a renamed metric
+/// fails here, not silently on a dashboard).
+#[tokio::test]
+async fn every_series_is_described_and_the_dashboard_and_alerts_use_real_ones() -> anyhow::Result<()>
+{
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    // Traffic through a follower, so forwarding and proposal series carry data.
+    let follower = cluster.other_than(&[leader]);
+    assert_eq!(
+        Locks::new(&cluster, follower, &key)
+            .acquire("d", &token(), 30)
+            .await?
+            .status,
+        200
+    );
+    let mut names = std::collections::BTreeSet::new();
+    let mut described = std::collections::BTreeSet::new();
+    for id in cluster.ids() {
+        let text = cluster
+            .http
+            .get(cluster.url(id, "/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                names.insert(rest.split_whitespace().next().unwrap_or("").to_string());
+            } else if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+                assert!(!help.trim().is_empty(), "empty help for {name}");
+                described.insert(name.to_string());
+            }
+        }
+    }
+    let undescribed: Vec<_> = names.difference(&described).collect();
+    assert!(
+        undescribed.is_empty(),
+        "series without # HELP: {undescribed:?}"
+    );
+    assert!(names.len() >= 30, "only {} series: {names:?}", names.len());
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for file in [
+        "deploy/grafana/raftlock-dashboard.json",
+        "deploy/prometheus/alerts.yml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file))?;
+        let used = series_named_in(&text);
+        assert!(!used.is_empty(), "{file} names no raftlock series");
+        for series in used {
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| series.strip_suffix(s))
+                .unwrap_or(&series);
+            assert!(
+                names.contains(base),
+                "{file} uses {series}, which no node exports"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every `raftlock_…` identifier in a text.
+fn series_named_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("raftlock_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        found.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    found
+}

@@ -6,8 +6,9 @@
 
 use serde::{de::DeserializeOwned, Serialize};
 
-/// The bincode configuration used everywhere. Fixed-width integers keep the format simple to
-/// reason about; the default (little-endian, varint) would also do.
+/// The bincode configuration used everywhere: bincode 2's standard one (little-endian,
+/// variable-length integers). Changing it changes every byte on disk and on the wire, so
+/// it would need a new state format (see `raftlock-raft`'s `STATE_FORMAT`).
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }

@@ -14,7 +14,8 @@ const MINUTE: Nanos = 60 * SECOND;
 pub struct FixedWindow {
     /// The start of the minute the counts belong to; older counts are dropped wholesale.
     window_start: Nanos,
-    /// Requests seen per bucket (usually "project" or "project/hier") in this minute.
+    /// Requests seen per bucket in this minute: the server uses `"<project>"` for project
+    /// locks and `"<project>#hier"` for hierarchical locks (separate windows).
     counts: HashMap<String, u32>,
 }
 

@@ -151,6 +151,17 @@ enum CallError<E> {
 #[error("{0}")]
 struct TransportError(String);
 
+/// A short label for a Raft RPC path (metrics).
+fn rpc_name(path: &str) -> &'static str {
+    if path.ends_with("append") {
+        "append"
+    } else if path.ends_with("vote") {
+        "vote"
+    } else {
+        "snapshot"
+    }
+}
+
 impl NetworkConnection {
     async fn call<Req, Resp, E>(
         &self,
@@ -181,7 +192,11 @@ impl NetworkConnection {
             .body(body)
             .send()
             .await
-            .map_err(transport_error)?;
+            .map_err(|e| {
+                metrics::counter!("raftlock_peer_rpc_errors_total", "rpc" => rpc_name(path))
+                    .increment(1);
+                transport_error(e)
+            })?;
         let status = res.status();
         let bytes = res.bytes().await.map_err(transport_error)?;
         if status != reqwest::StatusCode::OK {

@@ -149,6 +149,7 @@ impl Shared {
         let dir = self.dir.clone();
         let started = Instant::now();
         let meta = snap.meta.clone();
+        metrics::gauge!("raftlock_snapshot_bytes").set(snap.data.len() as f64);
         let snap = tokio::task::spawn_blocking(move || {
             checked_file::save(&*dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).map(|_| snap)
         })

@@ -94,6 +94,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         servers: client_tls.into_iter().chain(peer_tls).collect(),
         peer_client: node.peer_tls.clone(),
     });
+    telemetry::spawn_leader_watch(node.raft.clone());
     election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
     node.spawn_ticker();

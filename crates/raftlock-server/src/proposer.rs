@@ -127,9 +127,11 @@ async fn run(
         }
         let raft = raft.clone();
         let stamp = stamper();
+        metrics::histogram!("raftlock_proposal_batch_ops").record(batch.len() as f64);
         tokio::spawn(async move {
             let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
             let cmd = Command { stamp, ops };
+            let started = std::time::Instant::now();
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
                 Ok(Ok(resp)) => Ok(resp.data),
                 Ok(Err(e)) => {
@@ -140,6 +142,14 @@ async fn run(
                 Err(_) => Err(Unavailable::new("write not committed in time")),
             };
             drop(permit);
+            let outcome = if result.is_ok() {
+                "committed"
+            } else {
+                "failed"
+            };
+            metrics::counter!("raftlock_proposals_total", "outcome" => outcome).increment(1);
+            metrics::histogram!("raftlock_proposal_commit_seconds")
+                .record(started.elapsed().as_secs_f64());
             match result {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {

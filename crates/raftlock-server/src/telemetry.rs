@@ -25,17 +25,302 @@ pub fn init_logs(format: &str, filter: &str) {
     };
 }
 
-/// Installs the Prometheus recorder (once per process).
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every series a node exports, with its `# HELP` text: the one list the dashboard, the
+/// alert rules and the docs are checked against (`tests/tests/ops.rs`).
+pub const CATALOG: &[(&str, Kind, &str)] = &[
+    (
+        "raftlock_http_requests_total",
+        Kind::Counter,
+        "HTTP requests answered, by route, method and status.",
+    ),
+    (
+        "raftlock_http_request_duration_seconds",
+        Kind::Histogram,
+        "Time to answer an HTTP request.",
+    ),
+    (
+        "raftlock_http_connections",
+        Kind::Gauge,
+        "Open HTTP connections on this node's listeners.",
+    ),
+    (
+        "raftlock_rate_limited_total",
+        Kind::Counter,
+        "Requests refused by a project's rate limit, by API.",
+    ),
+    (
+        "raftlock_forwarded_total",
+        Kind::Counter,
+        "Requests this follower forwarded to the leader and got an answer for.",
+    ),
+    (
+        "raftlock_forward_duration_seconds",
+        Kind::Histogram,
+        "Round trip of one forward to the leader.",
+    ),
+    (
+        "raftlock_forward_failures_total",
+        Kind::Counter,
+        "Forward attempts that got no answer from the leader.",
+    ),
+    (
+        "raftlock_forward_retries_total",
+        Kind::Counter,
+        "Forwards sent again to a new leader within the request's deadline.",
+    ),
+    (
+        "raftlock_proposals_total",
+        Kind::Counter,
+        "Log entries proposed by this node, by outcome (committed, failed).",
+    ),
+    (
+        "raftlock_proposal_batch_ops",
+        Kind::Histogram,
+        "Operations per proposed log entry (group commit).",
+    ),
+    (
+        "raftlock_proposal_commit_seconds",
+        Kind::Histogram,
+        "Time from proposing a log entry to its commit and apply.",
+    ),
+    ("raftlock_raft_term", Kind::Gauge, "Current Raft term."),
+    (
+        "raftlock_raft_leader",
+        Kind::Gauge,
+        "Id of the leader this node knows, -1 for none.",
+    ),
+    (
+        "raftlock_raft_is_leader",
+        Kind::Gauge,
+        "1 while this node leads.",
+    ),
+    (
+        "raftlock_raft_last_log_index",
+        Kind::Gauge,
+        "Index of the last entry in this node's log.",
+    ),
+    (
+        "raftlock_raft_commit_index",
+        Kind::Gauge,
+        "Highest index known committed.",
+    ),
+    (
+        "raftlock_raft_applied_index",
+        Kind::Gauge,
+        "Highest index applied to the state machine.",
+    ),
+    (
+        "raftlock_apply_lag_entries",
+        Kind::Gauge,
+        "Committed entries not yet applied here (commit - applied).",
+    ),
+    (
+        "raftlock_leader_changes_total",
+        Kind::Counter,
+        "Leader changes this node has seen (including to no leader).",
+    ),
+    (
+        "raftlock_elections_started_total",
+        Kind::Counter,
+        "Elections this node started after a granted pre-vote.",
+    ),
+    (
+        "raftlock_prevotes_failed_total",
+        Kind::Counter,
+        "Pre-votes this node asked for and did not get.",
+    ),
+    (
+        "raftlock_leader_handoffs_total",
+        Kind::Counter,
+        "Leadership hand-offs this node made (stop or operator request).",
+    ),
+    (
+        "raftlock_peer_rpc_errors_total",
+        Kind::Counter,
+        "Raft RPCs to a peer that failed in transport, by RPC.",
+    ),
+    (
+        "raftlock_peer_refused_total",
+        Kind::Counter,
+        "Node-to-node requests refused (wrong secret or cluster id), by reason.",
+    ),
+    (
+        "raftlock_wal_fsync_duration_seconds",
+        Kind::Histogram,
+        "Time to write and fdatasync one batch of log entries.",
+    ),
+    (
+        "raftlock_wal_bytes_total",
+        Kind::Counter,
+        "Bytes written to the write-ahead log.",
+    ),
+    (
+        "raftlock_snapshot_duration_seconds",
+        Kind::Histogram,
+        "Time to write a snapshot file durably.",
+    ),
+    (
+        "raftlock_snapshot_copy_seconds",
+        Kind::Histogram,
+        "Time the state lock is held to copy the state for a snapshot.",
+    ),
+    (
+        "raftlock_snapshot_bytes",
+        Kind::Gauge,
+        "Size of the last snapshot written.",
+    ),
+    (
+        "raftlock_snapshots_by_size_total",
+        Kind::Counter,
+        "Snapshots asked for because the log grew past --snapshot-bytes.",
+    ),
+    (
+        "raftlock_clock_offset_seconds",
+        Kind::Gauge,
+        "This node's wall clock minus cluster time.",
+    ),
+    (
+        "raftlock_project_locks",
+        Kind::Gauge,
+        "Project locks stored (live or within the takeover grace).",
+    ),
+    (
+        "raftlock_namespaces",
+        Kind::Gauge,
+        "Hierarchical-lock namespaces.",
+    ),
+    (
+        "raftlock_lock_leases",
+        Kind::Gauge,
+        "Hierarchical-lock leases.",
+    ),
+    (
+        "raftlock_hierarchical_locks_held",
+        Kind::Gauge,
+        "Hierarchical locks with at least one holder.",
+    ),
+    (
+        "raftlock_queued_waiters",
+        Kind::Gauge,
+        "Blocking acquires queued in the replicated state.",
+    ),
+    (
+        "raftlock_waiters",
+        Kind::Gauge,
+        "Blocking acquire calls waiting on this node.",
+    ),
+    (
+        "raftlock_tls_handshake_failures_total",
+        Kind::Counter,
+        "TLS handshakes refused or failed on this node's listeners.",
+    ),
+    (
+        "raftlock_tls_reloads_total",
+        Kind::Counter,
+        "Certificate files reloaded after a change or SIGHUP.",
+    ),
+    (
+        "raftlock_tls_reload_failures_total",
+        Kind::Counter,
+        "Certificate reloads that failed (the previous certificate stays).",
+    ),
+];
+
+/// Installs the Prometheus recorder (once per process) and describes every series.
 pub fn init_metrics() {
     PROMETHEUS.get_or_init(|| {
         let buckets = [
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
         ];
-        PrometheusBuilder::new()
+        let handle = PrometheusBuilder::new()
             .set_buckets(&buckets)
             .expect("valid buckets")
+            // Batch sizes are counts, not seconds.
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("raftlock_proposal_batch_ops".into()),
+                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+            )
+            .expect("valid buckets")
             .install_recorder()
-            .expect("metrics recorder installs once")
+            .expect("metrics recorder installs once");
+        for (name, kind, help) in CATALOG {
+            match kind {
+                Kind::Counter => metrics::describe_counter!(*name, *help),
+                Kind::Gauge => metrics::describe_gauge!(*name, *help),
+                Kind::Histogram => metrics::describe_histogram!(*name, *help),
+            }
+        }
+        register_all();
+        handle
+    });
+}
+
+/// Label values of series that carry labels, so they exist (at zero) from the start.
+const LABELLED: &[(&str, &str, &[&str])] = &[
+    (
+        "raftlock_proposals_total",
+        "outcome",
+        &["committed", "failed"],
+    ),
+    (
+        "raftlock_peer_rpc_errors_total",
+        "rpc",
+        &["append", "vote", "snapshot"],
+    ),
+    (
+        "raftlock_rate_limited_total",
+        "api",
+        &["locks", "hierarchy"],
+    ),
+    ("raftlock_peer_refused_total", "reason", &["cluster_id"]),
+];
+
+/// Registers every catalogued series, so `/metrics` lists each one from the start (a counter
+/// that is still 0 is an answer, an absent series is a question) — except the per-route HTTP
+/// series, which appear with the first request on each route.
+fn register_all() {
+    for (name, kind, _) in CATALOG {
+        if name.starts_with("raftlock_http_request") {
+            continue;
+        }
+        match LABELLED.iter().find(|(n, _, _)| n == name) {
+            Some((_, label, values)) => {
+                for value in *values {
+                    metrics::counter!(*name, *label => *value).increment(0);
+                }
+            }
+            None => match kind {
+                Kind::Counter => metrics::counter!(*name).increment(0),
+                Kind::Gauge => metrics::gauge!(*name).increment(0.0),
+                Kind::Histogram => {
+                    let _ = metrics::histogram!(*name);
+                }
+            },
+        }
+    }
+}
+
+/// Counts leader changes as this node sees them (every change of the known leader,
+/// including to none), from Raft's metrics.
+pub fn spawn_leader_watch(raft: raftlock_raft::Raft) {
+    tokio::spawn(async move {
+        let mut rx = raft.metrics();
+        let mut leader = rx.borrow().current_leader;
+        while rx.changed().await.is_ok() {
+            let now = rx.borrow().current_leader;
+            if now != leader {
+                metrics::counter!("raftlock_leader_changes_total").increment(1);
+                leader = now;
+            }
+        }
     });
 }
 
@@ -66,10 +351,11 @@ pub fn refresh_gauges(node: &Node) {
         },
     );
     metrics::gauge!("raftlock_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-    metrics::gauge!("raftlock_raft_commit_index")
-        .set(crate::http::admin::commit_index(&m, node.config.node_id).unwrap_or(0) as f64);
-    metrics::gauge!("raftlock_raft_applied_index")
-        .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
+    let commit = crate::http::admin::commit_index(&m, node.config.node_id).unwrap_or(0);
+    let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+    metrics::gauge!("raftlock_raft_commit_index").set(commit as f64);
+    metrics::gauge!("raftlock_raft_applied_index").set(applied as f64);
+    metrics::gauge!("raftlock_apply_lag_entries").set(commit.saturating_sub(applied) as f64);
     let (locks, (namespaces, leases, held), queued) = node.read_local(|sm, _| {
         let h = sm.hierarchy();
         (sm.project_lock_count(), h.totals(), h.waiter_count())

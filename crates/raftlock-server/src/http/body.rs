@@ -1,5 +1,6 @@
 //! Request bodies: bounded reading (64 KiB, else 413) and JSON decoding whose failures become
-//! 400s in the caller's dialect. Unknown fields are ignored; wrong types are refused.
+//! 400s in the caller's dialect. Wrong types are refused, and so are unknown fields where the
+//! request type says `deny_unknown_fields` (the §4 and §5 bodies do).
 
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;

@@ -390,8 +390,10 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
         );
     }
     req = req.header(HOPS_HEADER, call.hops.to_string());
+    let started = Instant::now();
     let resp = req.send().await.map_err(|e| {
         tracing::debug!(error = %e, "forward to the leader failed");
+        metrics::counter!("raftlock_forward_failures_total").increment(1);
         Failed {
             // A refused connection carried nothing; anything later may have.
             sent: !e.is_connect(),
@@ -432,6 +434,8 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
         reply.headers_mut().append(name.clone(), value.clone());
     }
     metrics::counter!("raftlock_forwarded_total").increment(1);
+    metrics::histogram!("raftlock_forward_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
     Ok(reply)
 }
 
