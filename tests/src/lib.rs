@@ -140,6 +140,9 @@ impl NodeProc {
     }
 }
 
+/// Runs before a node's first start: `(node id, its data directory, the --peers value)`.
+pub type Prepare<'a> = dyn Fn(u64, &std::path::Path, &str) -> Result<()> + 'a;
+
 /// A cluster of real processes on loopback.
 pub struct Cluster {
     nodes: BTreeMap<u64, NodeProc>,
@@ -322,6 +325,23 @@ impl Cluster {
             wrappers,
             node_env,
             None,
+            None,
+        )
+        .await
+    }
+
+    /// Like [`Cluster::start`], but `prepare(id, data_dir, peers)` runs for every node before
+    /// its first start (e.g. `raftlock snapshot restore` into the empty data directory).
+    pub async fn start_prepared(n: u64, prepare: &Prepare<'_>) -> Result<Cluster> {
+        Self::launch_full(
+            n,
+            &[],
+            false,
+            false,
+            BTreeMap::new(),
+            BTreeMap::new(),
+            None,
+            Some(prepare),
         )
         .await
     }
@@ -338,10 +358,12 @@ impl Cluster {
             BTreeMap::new(),
             BTreeMap::new(),
             Some(certs),
+            None,
         )
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn launch_full(
         n: u64,
         extra: &[&str],
@@ -350,6 +372,7 @@ impl Cluster {
         wrappers: BTreeMap<u64, Vec<String>>,
         node_env: BTreeMap<u64, Vec<(String, String)>>,
         tls: Option<&TlsCerts>,
+        prepare: Option<&Prepare<'_>>,
     ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
@@ -419,6 +442,9 @@ impl Cluster {
             scheme: if tls.is_some() { "https" } else { "http" },
         };
         for id in 1..=n {
+            if let Some(prepare) = prepare {
+                prepare(id, &cluster.data_dir(id), &cluster.peers)?;
+            }
             cluster.spawn(id, &cluster.peers.clone())?;
         }
         cluster.wait_for_leader(Duration::from_secs(15)).await?;

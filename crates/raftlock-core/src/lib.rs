@@ -42,7 +42,7 @@ pub mod validate;
 
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;
-pub use machine::{Limits, StateMachine, StateMachineV1};
+pub use machine::{Limits, StateMachine, StateMachineV1, Summary};
 
 /// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.
 pub type Nanos = i64;

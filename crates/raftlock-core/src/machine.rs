@@ -60,6 +60,24 @@ impl From<StateMachineV1> for StateMachine {
     }
 }
 
+/// Counts of what a state holds ([`StateMachine::summary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub projects: usize,
+    /// API keys, revoked ones included.
+    pub keys: usize,
+    /// Project locks stored (live, or lapsed within the takeover grace).
+    pub project_locks: usize,
+    pub namespaces: usize,
+    pub leases: usize,
+    /// Hierarchical locks with at least one holder.
+    pub held_locks: usize,
+    /// Queued blocking acquires.
+    pub waiters: usize,
+    /// The fencing token the next new project lock gets.
+    pub next_fencing_token: u64,
+}
+
 /// How a presented credential resolves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyCheck<'a> {
@@ -112,6 +130,26 @@ impl StateMachine {
     pub fn count_usage(&mut self) {
         self.project_locks.count_usage();
         self.hierarchy.count_usage();
+    }
+
+    /// What the state holds, for backups and operators.
+    pub fn summary(&self) -> Summary {
+        let (namespaces, leases, held_locks) = self.hierarchy.totals();
+        Summary {
+            projects: self.projects.len(),
+            keys: self.key_index.len(),
+            project_locks: self.project_locks.len(),
+            namespaces,
+            leases,
+            held_locks,
+            waiters: self.hierarchy.waiter_count(),
+            next_fencing_token: self.project_locks.next_fencing_token(),
+        }
+    }
+
+    /// See [`ProjectLocks::skip_fencing_tokens`].
+    pub fn skip_fencing_tokens(&mut self, by: u64) -> Result<u64, CoreError> {
+        self.project_locks.skip_fencing_tokens(by)
     }
 
     /// Whether every kept byte count equals one counted from the state (tests).

@@ -331,6 +331,26 @@ impl ProjectLocks {
         reaped
     }
 
+    /// The fencing token the next new lease will get.
+    pub fn next_fencing_token(&self) -> u64 {
+        self.next_fencing_token
+    }
+
+    /// Moves the next fencing token forward by `by`, so none of the next `by` tokens is ever
+    /// handed out (a cluster restored from a backup must not reissue tokens the old cluster may
+    /// have issued after the backup). Refuses to leave the (2^52, 2^53) range.
+    pub fn skip_fencing_tokens(&mut self, by: u64) -> Result<u64> {
+        let next = self
+            .next_fencing_token
+            .checked_add(by)
+            .filter(|n| *n < 1 << 53)
+            .ok_or_else(|| {
+                CoreError::ResourceExhausted("fencing tokens would leave (2^52, 2^53)".into())
+            })?;
+        self.next_fencing_token = next;
+        Ok(next)
+    }
+
     /// Number of leases currently stored (live or lapsed within the grace).
     pub fn len(&self) -> usize {
         self.by_eligibility.len()

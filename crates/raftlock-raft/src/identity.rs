@@ -67,6 +67,24 @@ impl ClusterIdentity {
         Ok(fresh)
     }
 
+    /// Sets the id of a data directory that has none (a restore prepares a new cluster's
+    /// directories with the id they will share). Refuses to replace another id.
+    pub fn set_new(&self, fresh: Uuid) -> Result<(), StoreError> {
+        let mut id = self.lock();
+        if let Some(existing) = *id {
+            if existing != fresh {
+                return Err(StoreError::Foreign {
+                    file: FILE.into(),
+                    reason: format!("already belongs to cluster {existing}"),
+                });
+            }
+            return Ok(());
+        }
+        checked_file::save(&*self.dir, FILE, MAGIC, &fresh)?;
+        *id = Some(fresh);
+        Ok(())
+    }
+
     /// Decides whether a request presenting `presented` (the header value, if any) may be
     /// handled here, adopting the presented id when this node has none. A refusal is logged and
     /// counted in `raftlock_peer_refused_total{reason="cluster_id"}` here, once for every caller.

@@ -24,6 +24,7 @@
 // boxing them in our helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 pub mod checked_file;
 pub mod config;
 pub mod error;

@@ -27,7 +27,7 @@ use crate::waiters::WaiterBoard;
 
 /// Name of the snapshot file in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"RLSNAP01";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"RLSNAP01";
 
 /// Everything a snapshot holds: the core machine plus what openraft needs to resume from it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,9 +46,9 @@ pub type SharedState = Arc<RwLock<SmData>>;
 
 /// The snapshot kept on disk: its metadata and the codec-encoded [`SmData`].
 #[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta,
-    data: Vec<u8>,
+pub(crate) struct StoredSnapshot {
+    pub(crate) meta: SnapshotMeta,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Storage shared by the state machine and its snapshot builders.
@@ -97,16 +97,16 @@ struct SmDataV1 {
     machine: raftlock_core::StateMachineV1,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Encodes the state prefixed with [`STATE_FORMAT`].
-fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
+pub(crate) fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
     Ok(codec::encode(&(STATE_FORMAT, state))?)
 }
 
 /// Decodes a state written by [`encode_state`], refusing other layouts, with the usage
 /// counts (not encoded) counted again.
-fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
+pub(crate) fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
     let mut state = decode_state_as_written(bytes)?;
     state.machine.count_usage();
     Ok(state)

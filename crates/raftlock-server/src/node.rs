@@ -364,6 +364,11 @@ impl Node {
         Ok(read(&guard.machine, guard.machine.query_time(now)))
     }
 
+    /// A copy of the applied state (cheap: the big maps are persistent), for backups.
+    pub fn state_copy(&self) -> raftlock_raft::SmData {
+        self.state.read().expect("state lock poisoned").clone()
+    }
+
     /// Reads the locally applied state without any leadership check (auth lookups on the
     /// leader, metrics). Never use this to answer an ownership question.
     pub fn read_local<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> T {

@@ -15,10 +15,12 @@
 //! - [`lock`]: `raftlock lock …` (§4), including `lock run`.
 //! - [`hier`]: `raftlock ns|lease|hlock …` (§5).
 //! - [`admin`]: `raftlock admin project|key …` and `raftlock cluster status`.
+//! - [`snapshot`]: `raftlock snapshot save|inspect|restore` (backups).
 
 pub mod admin;
 pub mod hier;
 pub mod lock;
+pub mod snapshot;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,6 +51,8 @@ pub enum ClientCommand {
     Admin(admin::AdminArgs),
     /// Cluster status: members, leader, term, indexes, health (platform token).
     Cluster(admin::ClusterArgs),
+    /// Backups: save the cluster's state to a file, inspect one, restore a new cluster.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Connection flags, accepted by every client command and its subcommands.
@@ -206,6 +210,7 @@ pub async fn run(cmd: ClientCommand) -> i32 {
         ClientCommand::Hlock(a) => hier::hlock(a).await,
         ClientCommand::Admin(a) => admin::admin(a).await,
         ClientCommand::Cluster(a) => admin::cluster(a).await,
+        ClientCommand::Snapshot(a) => snapshot::run(a).await,
     };
     match result {
         Ok(code) => code,

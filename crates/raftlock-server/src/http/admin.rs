@@ -68,6 +68,49 @@ pub fn local_routes() -> Router<SharedNode> {
     Router::new()
         .route("/admin/v1/cluster", get(cluster))
         .route("/admin/v1/cluster/status", get(cluster_status))
+        .route("/admin/v1/snapshot", get(snapshot))
+}
+
+/// `GET /admin/v1/snapshot`: a backup of the whole state (`raftlock snapshot save`). Only
+/// the leader answers, after confirming its leadership with a quorum, so the state is at an
+/// applied (hence committed) index no later than anything acknowledged before the call; a
+/// follower answers 503 (the state can be large: it is not forwarded). The copy is O(1)
+/// (persistent maps) and is encoded off the async workers.
+async fn snapshot(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    if !node.is_leader() {
+        return Err(ApiError::unavailable(
+            D,
+            "not the leader: ask the leader for a snapshot",
+        ));
+    }
+    node.linearizable(|_, _| ())
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
+    let state = node.state_copy();
+    let cluster_id = node.identity.get();
+    let taken_at_ms = crate::clock::wall_clock() / 1_000_000;
+    let bytes = tokio::task::spawn_blocking(move || {
+        raftlock_raft::backup::write(&state, cluster_id, taken_at_ms)
+    })
+    .await
+    .map_err(|e| ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError::new(D, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    metrics::counter!("raftlock_backups_total").increment(1);
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, "application/octet-stream"),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"raftlock.backup\"",
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {

@@ -1,0 +1,203 @@
+//! `raftlock snapshot save|inspect|restore`: back up the whole cluster to a file, look inside
+//! a backup, and prepare the data directories of a new cluster from one
+//! (`raftlock_raft::backup`; docs/operations.md, *Backup and restore*).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use raftlock_raft::backup::{self, BackupHeader};
+use serde_json::json;
+
+use super::{CmdResult, Conn, Failure};
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[command(subcommand)]
+    pub cmd: SnapshotCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCmd {
+    /// Save the leader's state at a committed index to FILE (platform token).
+    Save { file: PathBuf },
+    /// Print a backup's header and what its state holds.
+    Inspect { file: PathBuf },
+    /// Prepare an empty data directory as one node of a new cluster holding the backup's
+    /// state. Run it once per node with the same FILE and --peers; then start the nodes with
+    /// those --peers (no --join).
+    Restore {
+        file: PathBuf,
+        /// The new node's data directory (must not exist or be empty).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// This node's id in the new cluster.
+        #[arg(long)]
+        node_id: u64,
+        /// The new cluster: `1=host:port,2=host:port,…` (peer addresses).
+        #[arg(long)]
+        peers: String,
+    },
+}
+
+pub async fn run(args: SnapshotArgs) -> CmdResult {
+    let conn = args.conn;
+    match args.cmd {
+        SnapshotCmd::Save { file } => save(&conn, &file).await,
+        SnapshotCmd::Inspect { file } => inspect(&conn, &file),
+        SnapshotCmd::Restore {
+            file,
+            data_dir,
+            node_id,
+            peers,
+        } => restore(&conn, &file, &data_dir, node_id, &peers),
+    }
+}
+
+/// Asks each endpoint in turn; the leader answers (followers say 503).
+async fn save(conn: &Conn, file: &Path) -> CmdResult {
+    let token = conn
+        .platform_token
+        .clone()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Failure::error(
+                "no platform token: pass --platform-token or set RAFTLOCK_PLATFORM_TOKEN",
+            )
+        })?;
+    let mut http =
+        reqwest::Client::builder().timeout(Duration::from_secs(conn.request_timeout.max(60)));
+    if let Some(path) = &conn.cacert {
+        let pem = std::fs::read(path)
+            .map_err(|e| Failure::error(format!("--cacert {}: {e}", path.display())))?;
+        let cert = reqwest::Certificate::from_pem(&pem)
+            .map_err(|e| Failure::error(format!("--cacert {}: {e}", path.display())))?;
+        http = http.add_root_certificate(cert);
+    }
+    let http = http.build().map_err(|e| Failure::error(e.to_string()))?;
+    let mut last = String::from("no endpoints");
+    for endpoint in &conn.endpoints {
+        let base = if endpoint.contains("://") {
+            endpoint.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let answer = http
+            .get(format!("{base}/admin/v1/snapshot"))
+            .bearer_auth(&token)
+            .send()
+            .await;
+        let resp = match answer {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                last = format!("{base}: {}", r.status());
+                continue;
+            }
+            Err(e) => {
+                last = format!("{base}: {e}");
+                continue;
+            }
+        };
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| Failure::error(format!("{base}: {e}")))?;
+        let header = backup::read_header(&bytes)
+            .map_err(|e| Failure::error(format!("{base} sent a bad backup: {e}")))?;
+        write_durably(file, &bytes)?;
+        conn.emit(&header_json(&header, bytes.len()), || {
+            format!(
+                "saved {}: {} bytes, index {}, cluster {}",
+                file.display(),
+                bytes.len(),
+                header.last_applied.map_or(0, |l| l.index),
+                header.cluster_id.map(|c| c.to_string()).unwrap_or_default()
+            )
+        });
+        return Ok(0);
+    }
+    Err(Failure::error(format!(
+        "no leader gave a snapshot (last: {last})"
+    )))
+}
+
+/// Writes the file next to its final name, syncs it and renames it into place.
+fn write_durably(file: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    let tmp = file.with_extension("partial");
+    let fail = |e: std::io::Error| Failure::error(format!("{}: {e}", file.display()));
+    let mut f = std::fs::File::create(&tmp).map_err(fail)?;
+    f.write_all(bytes).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    std::fs::rename(&tmp, file).map_err(fail)
+}
+
+fn read_file(file: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(file).map_err(|e| Failure::error(format!("{}: {e}", file.display())))
+}
+
+fn header_json(h: &BackupHeader, bytes: usize) -> serde_json::Value {
+    json!({
+        "format": h.format,
+        "state_format": h.state_format,
+        "cluster_id": h.cluster_id,
+        "index": h.last_applied.map(|l| l.index),
+        "term": h.last_applied.map(|l| l.leader_id.term),
+        "taken_at_ms": h.taken_at_ms,
+        "bytes": bytes,
+    })
+}
+
+fn inspect(conn: &Conn, file: &Path) -> CmdResult {
+    let bytes = read_file(file)?;
+    let (header, state) =
+        backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
+    let summary = state.machine.summary();
+    let mut doc = header_json(&header, bytes.len());
+    doc["counts"] = serde_json::to_value(summary).unwrap_or_default();
+    conn.emit(&doc, || {
+        format!(
+            "backup {}\n  format {} (state format {}), {} bytes\n  cluster {}\n  index {}, taken at {} ms\n  projects {}, keys {}, project locks {}, next fencing token {}\n  namespaces {}, leases {}, held hierarchical locks {}, waiters {}",
+            file.display(),
+            header.format,
+            header.state_format,
+            bytes.len(),
+            header.cluster_id.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            header.last_applied.map_or(0, |l| l.index),
+            header.taken_at_ms,
+            summary.projects,
+            summary.keys,
+            summary.project_locks,
+            summary.next_fencing_token,
+            summary.namespaces,
+            summary.leases,
+            summary.held_locks,
+            summary.waiters,
+        )
+    });
+    Ok(0)
+}
+
+fn restore(conn: &Conn, file: &Path, dir: &Path, node_id: u64, peers: &str) -> CmdResult {
+    let peers =
+        crate::config::parse_peers(peers).map_err(|e| Failure::error(format!("--peers: {e:#}")))?;
+    let bytes = read_file(file)?;
+    let (header, state) =
+        backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
+    let now_ms = crate::clock::wall_clock() / 1_000_000;
+    let skip = backup::fencing_skip(&header, now_ms);
+    let id = backup::restore_into(dir, &header, state, node_id, &peers, skip)
+        .map_err(|e| Failure::error(e.to_string()))?;
+    conn.emit(
+        &json!({ "data_dir": dir, "node_id": node_id, "cluster_id": id, "fencing_tokens_skipped": skip }),
+        || {
+            format!(
+                "{} is node {node_id} of new cluster {id} (fencing tokens skipped: {skip}); start it with the same --peers",
+                dir.display()
+            )
+        },
+    );
+    Ok(0)
+}
