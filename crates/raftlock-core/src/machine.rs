@@ -417,6 +417,18 @@ impl StateMachine {
             .unwrap_or((0, 0))
     }
 
+    /// §4 listing of a project's locks (see [`ProjectLocks::list`]), judged at `now`.
+    pub fn list_locks(
+        &self,
+        project: &str,
+        after: &str,
+        limit: usize,
+        now: Nanos,
+    ) -> Vec<(String, crate::project_locks::ProjectLease, bool)> {
+        self.project_locks
+            .list(project, after, limit, self.query_time(now))
+    }
+
     /// §4 read at time `now`.
     pub fn read_lock(&self, project: &str, key: &str, now: Nanos) -> Result<LockRead, CoreError> {
         self.project_locks.read(project, key, self.query_time(now))

@@ -310,6 +310,35 @@ impl ProjectLocks {
         })
     }
 
+    /// Up to `limit` stored keys of `project` after `after` (in key order), as seen at `t`:
+    /// `(key, lease, still live)`. Leases past expiry but within the takeover grace are listed
+    /// as not live (still blocking a new owner); eligible ones are left out.
+    pub fn list(
+        &self,
+        project: &str,
+        after: &str,
+        limit: usize,
+        t: Nanos,
+    ) -> Vec<(String, ProjectLease, bool)> {
+        let Some(keys) = self.leases.get(project) else {
+            return Vec::new();
+        };
+        let from = (
+            std::ops::Bound::Excluded(after.to_string()),
+            std::ops::Bound::Unbounded,
+        );
+        let range = if after.is_empty() {
+            keys.range::<_, String>(..)
+        } else {
+            keys.range(from)
+        };
+        range
+            .filter(|(_, l)| !l.takeover_eligible(t))
+            .take(limit)
+            .map(|(k, l)| (k.clone(), l.clone(), t < l.expires_at))
+            .collect()
+    }
+
     /// Forgets every lease that became takeover-eligible at or before `t`.
     pub fn reap(&mut self, t: Nanos) -> usize {
         let mut reaped = 0;

@@ -186,4 +186,24 @@ impl Hierarchy {
         let spaces = self.projects.values().flat_map(|p| p.values());
         spaces.map(|ns| ns.waiter_usage().count).sum()
     }
+
+    /// The queued blocking acquires of a namespace, lock by lock in name order and each
+    /// queue in arrival order: `(lock, lease id, exclusive)`. For operators (the console).
+    pub fn list_waiters(
+        &self,
+        project: &str,
+        namespace: &str,
+    ) -> Result<Vec<(String, String, bool)>> {
+        validate::simple_name("namespace_name", namespace)?;
+        let ns = self.ns(project, namespace)?;
+        Ok(ns
+            .waiters
+            .iter()
+            .flat_map(|(lock, queue)| {
+                queue
+                    .iter()
+                    .map(move |w| (lock.clone(), w.lease_id.clone(), w.exclusive))
+            })
+            .collect())
+    }
 }

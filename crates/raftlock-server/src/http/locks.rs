@@ -33,6 +33,62 @@ pub fn routes() -> Router<SharedNode> {
             post(acquire).patch(renew).delete(release),
         )
         .route("/locks/{key}", get(read).delete(force_release))
+        .route("/locks", get(list))
+}
+
+/// Query of `GET /locks`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// Continue after this key (the `next` of the previous page).
+    #[serde(default)]
+    after: String,
+    /// Page size, 1–1000 (default 100).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /locks` (an extension of the project-lock API, for operators and the console): the
+/// project's locks in key order, each `{key, state: "held"|"grace", expires_at,
+/// fencing_token, holder}` where `holder` is the first 8 hex digits of the owner's token (a
+/// hint for operators, not enough to act as the owner) and `grace` means expired but still
+/// blocking a new owner for the takeover grace. `next` continues the listing.
+async fn list(
+    State(node): State<SharedNode>,
+    query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let project = admit(&node, &headers)?;
+    let axum::extract::Query(q) = query.map_err(|e| ApiError::bad_request(D, e.body_text()))?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(D, "limit must be between 1 and 1000"));
+    }
+    if !q.after.is_empty() {
+        check_key(&q.after)?;
+    }
+    let page = node
+        .linearizable(|sm, now| sm.list_locks(&project, &q.after, limit + 1, now))
+        .await
+        .map_err(|e| ApiError::from_unavailable(D, e))?;
+    let more = page.len() > limit;
+    let locks: Vec<_> = page
+        .iter()
+        .take(limit)
+        .map(|(key, lease, live)| {
+            json!({
+                "key": key,
+                "state": if *live { "held" } else { "grace" },
+                "expires_at": rfc3339_floor(lease.expires_at),
+                "fencing_token": lease.fencing_token,
+                "holder": format!("{:032x}", lease.token)[..8].to_string(),
+            })
+        })
+        .collect();
+    let next = more
+        .then(|| locks.last().map(|l| l["key"].clone()))
+        .flatten();
+    Ok(Json(json!({ "locks": locks, "next": next })).into_response())
 }
 
 #[derive(Deserialize)]

@@ -1,11 +1,12 @@
 //! The HTTP surface of a node: one listener serves clients, operators and peers.
 //!
 //! Client routes (§4, §5, admin writes) pass through [`forward::to_leader`]; health, metrics,
-//! this node's cluster view and the Raft RPCs are answered locally.
+//! this node's cluster view, the web console (`/ui/`) and the Raft RPCs are answered locally.
 
 pub mod admin;
 pub mod auth;
 pub mod body;
+pub mod console;
 pub mod errors;
 pub mod forward;
 pub mod idempotency;
@@ -46,6 +47,7 @@ pub fn router(node: SharedNode) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .merge(admin::local_routes())
+        .merge(console::routes())
         .route(
             crate::handoff::CAMPAIGN_PATH,
             axum::routing::post(crate::handoff::campaign),

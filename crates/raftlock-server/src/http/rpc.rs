@@ -143,6 +143,8 @@ async fn dispatch(
         "GetLock" => call.get_lock(parse(&bytes)?).await?,
         "DeleteLock" => call.delete_lock(parse(&bytes)?).await?,
         "ListLocks" => call.list_locks(parse(&bytes)?).await?,
+        // raftlock's extension: the queued blocking acquires of a namespace.
+        "ListWaiters" => call.list_waiters(parse(&bytes)?).await?,
         other => {
             return Err(ApiError::new(
                 D,
@@ -319,6 +321,25 @@ impl Call {
         Ok(
             json!({ "locks": items, "next_pagination_token": next, "previous_pagination_token": prev }),
         )
+    }
+
+    /// `{"waiters": [{"lock_name", "lease_id", "exclusive", "position"}]}`, position 1 being
+    /// the head of its lock's queue.
+    async fn list_waiters(&self, r: ListReq) -> Result<Value, ApiError> {
+        let items = self
+            .read(|h, p, _| h.list_waiters(p, &r.namespace_name))
+            .await?;
+        let mut position = 0;
+        let mut last_lock = String::new();
+        let waiters: Vec<Value> = items
+            .into_iter()
+            .map(|(lock, lease, exclusive)| {
+                position = if lock == last_lock { position + 1 } else { 1 };
+                last_lock.clone_from(&lock);
+                json!({ "lock_name": lock, "lease_id": lease, "exclusive": exclusive, "position": position })
+            })
+            .collect();
+        Ok(json!({ "waiters": waiters }))
     }
 
     fn acquire_op(r: &LockReq, wait: Option<WaitSpec>) -> HierOp {
