@@ -21,10 +21,10 @@ pub fn title(w: &str) -> &'static str {
         "1" => "acquire, fresh keys",
         "2" => "acquire+release cycle, distinct keys",
         "3" => "hot key hand-offs (spin)",
-        "3h" => "hot key hand-offs, §5 blocking, 64 waiters",
+        "3h" => "hot key hand-offs, hierarchical blocking, 64 waiters",
         "4" => "renew",
         "5" => "linearizable read",
-        "6" => "§5 acquire+release, 100k held",
+        "6" => "hierarchical acquire+release, 100k held",
         _ => "?",
     }
 }

@@ -43,10 +43,10 @@ pub enum ProjectCmd {
     Update {
         /// Project name.
         name: String,
-        /// §4 requests per minute.
+        /// Project-lock requests per minute (0 = unlimited).
         #[arg(long)]
         lock_ops_per_minute: Option<u32>,
-        /// §5 requests per minute (0 = off).
+        /// Hierarchical-lock requests per minute (0 = off).
         #[arg(long)]
         hier_ops_per_minute: Option<u32>,
     },

@@ -1,4 +1,4 @@
-//! `raftlock ns|lease|hlock …`: the §5 hierarchical-lock RPCs.
+//! `raftlock ns|lease|hlock …`: the hierarchical-lock methods.
 
 use std::time::Duration;
 

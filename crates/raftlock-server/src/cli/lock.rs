@@ -1,4 +1,4 @@
-//! `raftlock lock …`: the §4 project-lock commands, and `lock run`, which runs a command while
+//! `raftlock lock …`: the project-lock commands, and `lock run`, which runs a command while
 //! holding a lock.
 
 use std::process::ExitStatus;

@@ -12,8 +12,8 @@
 //!
 //! ## Layout
 //! - `mod.rs`: shared flags, the command enum, output and error helpers.
-//! - [`lock`]: `raftlock lock …` (§4), including `lock run`.
-//! - [`hier`]: `raftlock ns|lease|hlock …` (§5).
+//! - [`lock`]: `raftlock lock …` (project locks), including `lock run`.
+//! - [`hier`]: `raftlock ns|lease|hlock …` (hierarchical locks).
 //! - [`admin`]: `raftlock admin project|key …` and `raftlock cluster status`.
 //! - [`snapshot`]: `raftlock snapshot save|inspect|restore` (backups).
 
@@ -39,13 +39,13 @@ pub const EXIT_LOCK_LOST: i32 = 76;
 /// Client commands of the `raftlock` binary.
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
-    /// Project locks (§4): run a command under a lock, acquire, renew, release, read.
+    /// Project locks: run a command under a lock, acquire, renew, release, read.
     Lock(lock::LockArgs),
-    /// Hierarchical-lock namespaces (§5).
+    /// Hierarchical-lock namespaces.
     Ns(hier::NsArgs),
-    /// Hierarchical-lock leases (§5).
+    /// Hierarchical-lock leases.
     Lease(hier::LeaseArgs),
-    /// Hierarchical locks (§5).
+    /// Hierarchical locks.
     Hlock(hier::HlockArgs),
     /// Admin API: projects and keys (platform token).
     Admin(admin::AdminArgs),
