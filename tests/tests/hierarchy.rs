@@ -248,7 +248,7 @@ async fn errors_use_grpc_codes() -> anyhow::Result<()> {
         (400, "invalid_argument")
     );
     let unknown = api.rpc("Frobnicate", json!({})).await?;
-    assert_eq!(unknown.status, 404);
+    assert_eq!((unknown.status, unknown.code()), (501, "unimplemented"));
     let ver = api
         .rpc(
             "UpdateNamespace",

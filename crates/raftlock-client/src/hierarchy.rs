@@ -356,7 +356,8 @@ impl Client {
         serde_json::from_value(v).map_err(|e| self.protocol("AcquireLock", e))
     }
 
-    /// `ReleaseLock` (releasing what the lease does not hold is a no-op).
+    /// `ReleaseLock` (releasing what the lease does not hold is a no-op; a lease that does
+    /// not exist or expired is `not_found`).
     pub async fn release_lock(
         &self,
         namespace: &str,

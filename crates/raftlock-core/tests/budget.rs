@@ -98,7 +98,7 @@ fn a_project_past_its_byte_budget_is_refused_and_changes_nothing() {
 }
 
 #[test]
-fn a_holder_at_the_budget_keeps_its_hold_and_may_shrink_it() {
+fn a_holder_at_the_budget_keeps_its_hold_and_releasing_frees_it() {
     let mut h = hierarchy(8 << 10);
     h.create_lease("p", "ns", "l", "proc", 300, T0).unwrap();
     let big = meta(4 << 10);
@@ -119,12 +119,15 @@ fn a_holder_at_the_budget_keeps_its_hold_and_may_shrink_it() {
         T0,
         None
     )));
-    // …but re-acquiring (a refresh) costs nothing new, and a smaller one frees bytes.
+    // …but re-acquiring (a refresh, even a mode change) costs nothing: the holder keeps its
+    // metadata; releasing frees it.
+    let full = h.stored_bytes("p");
     h.acquire("p", "ns", "job", true, "l", big, T0, None)
         .unwrap();
-    let full = h.stored_bytes("p");
     h.acquire("p", "ns", "job", false, "l", BTreeMap::new(), T0, None)
         .unwrap();
+    assert_eq!(h.stored_bytes("p"), full);
+    h.release("p", "ns", "job", "l", T0).unwrap();
     assert!(h.stored_bytes("p") < full);
     h.check_invariants().unwrap();
     // Expiry frees the lease and its holds.

@@ -564,7 +564,7 @@ fn compatibility_matrix() {
 }
 
 #[test]
-fn same_lease_reacquire_refreshes_locked_at_and_metadata() {
+fn same_lease_reacquire_refreshes_locked_at_and_keeps_metadata() {
     let mut h = setup(&["l1", "l2"]);
     let r = h
         .acquire(P, NS, "a", true, "l1", meta(&[("v", "1")]), s(1), None)
@@ -593,7 +593,11 @@ fn same_lease_reacquire_refreshes_locked_at_and_metadata() {
         s(4),
         "holder locked_at refreshed"
     );
-    assert_eq!(r.lock.lock_holders[0].metadata, meta(&[("v", "2")]));
+    assert_eq!(
+        r.lock.lock_holders[0].metadata,
+        meta(&[("v", "1")]),
+        "a re-acquire keeps the metadata the hold was taken with"
+    );
     assert_eq!(r.lock.last_activity_at, s(4));
     inv(&h);
     // Shared, alongside another holder.
@@ -847,7 +851,11 @@ fn release_of_what_is_not_held_is_a_no_op() {
     let v = h.release(P, NS, "never", "l1", s(2)).unwrap();
     assert_eq!(v, LockView::unlocked("never"));
     h.release(P, NS, "a/b", "l1", s(2)).unwrap();
-    h.release(P, NS, "a", "unknown-lease", s(2)).unwrap();
+    // A lease that does not exist is not_found (as Grackle documents), and changes nothing.
+    assert_eq!(
+        h.release(P, NS, "a", "unknown-lease", s(2)),
+        Err(CoreError::NotFound("lease".into()))
+    );
     assert_eq!(h, before);
     assert_eq!(
         h.release(P, "missing", "a", "l1", s(2)),

@@ -648,6 +648,11 @@ impl Hierarchy {
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
         self.with_ns(project, namespace, |ns| {
+            // As Grackle documents: releasing under a lease that does not exist (or expired)
+            // is `not_found`; releasing what a live lease does not hold is a no-op.
+            if !ns.lease_live(lease_id, t) {
+                return Err(lease_not_found());
+            }
             let held = ns.holds(lease_id, lock_name).is_some();
             ns.drop_hold(lease_id, lock_name, t);
             let mut view = ns.lock_view(lock_name, t);

@@ -341,10 +341,12 @@ impl Namespace {
             }
             return Ok(self.unavailable(lease_id, name, exclusive, t));
         }
-        let held = (self.locks.get(name))
-            .and_then(|r| r.holders.get(lease_id))
-            .map_or(0, |h| budget::holder_bytes(name, lease_id, &h.metadata));
-        if budget::holder_bytes(name, lease_id, &metadata).saturating_sub(held) > room {
+        // Only a new holder adds bytes (a re-acquire keeps the holder's metadata).
+        let new_holder = self
+            .locks
+            .get(name)
+            .is_none_or(|r| !r.holders.contains_key(lease_id));
+        if new_holder && budget::holder_bytes(name, lease_id, &metadata) > room {
             return Err(storage_exhausted());
         }
         self.grant(lease_id, name, exclusive, metadata, t, quotas)
@@ -426,6 +428,12 @@ impl Namespace {
                 holders: BTreeMap::new(),
             });
         rec.last_activity_at = t;
+        // A re-acquire under the same lease refreshes `locked_at` (and the mode) only: the
+        // holder keeps the metadata it acquired with, as Grackle documents.
+        let metadata = match rec.holders.get(lease_id) {
+            Some(h) => h.metadata.clone(),
+            None => metadata,
+        };
         let charge = budget::holder_bytes(name, lease_id, &metadata);
         let replaced = rec.holders.insert(
             lease_id.to_string(),

@@ -69,6 +69,7 @@ impl ApiError {
             (Dialect::Rpc, StatusCode::TOO_MANY_REQUESTS) => "resource_exhausted",
             (Dialect::Rpc, StatusCode::SERVICE_UNAVAILABLE) => "unavailable",
             (Dialect::Rpc, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
+            (Dialect::Rpc, StatusCode::NOT_IMPLEMENTED) => "unimplemented",
             (Dialect::Rpc, _) => "invalid_argument",
         };
         ApiError {

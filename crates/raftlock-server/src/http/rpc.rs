@@ -145,10 +145,12 @@ async fn dispatch(
         "ListLocks" => call.list_locks(parse(&bytes)?).await?,
         // raftlock's extension: the queued blocking acquires of a namespace.
         "ListWaiters" => call.list_waiters(parse(&bytes)?).await?,
+        // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
+        // found".
         other => {
             return Err(ApiError::new(
                 D,
-                StatusCode::NOT_FOUND,
+                StatusCode::NOT_IMPLEMENTED,
                 format!("unknown method {other:?}"),
             ))
         }
