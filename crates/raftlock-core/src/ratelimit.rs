@@ -22,7 +22,7 @@ pub struct FixedWindow {
 impl FixedWindow {
     /// Counts one request for `bucket` at `now`. Returns `Err(retry_after_seconds)` when the
     /// request exceeds `limit` for this minute; a `limit` of 0 means unlimited (and uncounted).
-    pub fn admit(&mut self, bucket: &str, limit: u32, now: Nanos) -> Result<(), u64> {
+    pub fn count(&mut self, bucket: &str, limit: u32, now: Nanos) -> Result<(), u64> {
         if limit == 0 {
             return Ok(());
         }
@@ -50,22 +50,22 @@ mod tests {
         let mut w = FixedWindow::default();
         let t0 = 1_000 * MINUTE + 15 * SECOND;
         for _ in 0..3 {
-            assert!(w.admit("p", 3, t0).is_ok());
+            assert!(w.count("p", 3, t0).is_ok());
         }
-        assert_eq!(w.admit("p", 3, t0), Err(45));
+        assert_eq!(w.count("p", 3, t0), Err(45));
         assert!(
-            w.admit("q", 3, t0).is_ok(),
+            w.count("q", 3, t0).is_ok(),
             "other projects are independent"
         );
-        assert_eq!(w.admit("p", 3, t0 + 44 * SECOND + 1), Err(1));
-        assert!(w.admit("p", 3, t0 + 45 * SECOND).is_ok(), "new minute");
+        assert_eq!(w.count("p", 3, t0 + 44 * SECOND + 1), Err(1));
+        assert!(w.count("p", 3, t0 + 45 * SECOND).is_ok(), "new minute");
     }
 
     #[test]
     fn zero_means_unlimited() {
         let mut w = FixedWindow::default();
         for _ in 0..10_000 {
-            assert!(w.admit("p", 0, 5).is_ok());
+            assert!(w.count("p", 0, 5).is_ok());
         }
     }
 }

@@ -88,7 +88,7 @@ impl ClusterIdentity {
     /// Decides whether a request presenting `presented` (the header value, if any) may be
     /// handled here, adopting the presented id when this node has none. A refusal is logged and
     /// counted in `raftlock_peer_refused_total{reason="cluster_id"}` here, once for every caller.
-    pub fn admit(&self, presented: Option<&[u8]>) -> Result<(), Refusal> {
+    pub fn check_peer(&self, presented: Option<&[u8]>) -> Result<(), Refusal> {
         let decision = self.decide(presented);
         if let Err(refusal) = &decision {
             tracing::error!(%refusal, "refused a node-to-node request");
@@ -152,14 +152,17 @@ mod tests {
         let identity = ClusterIdentity::open_in(dir.clone()).unwrap();
         let a = Uuid::new_v4();
         let b = Uuid::new_v4();
-        identity.admit(Some(a.to_string().as_bytes())).unwrap();
+        identity.check_peer(Some(a.to_string().as_bytes())).unwrap();
         assert!(matches!(
-            identity.admit(Some(b.to_string().as_bytes())),
+            identity.check_peer(Some(b.to_string().as_bytes())),
             Err(Refusal::OtherCluster { .. })
         ));
-        assert!(matches!(identity.admit(None), Err(Refusal::Missing { .. })));
         assert!(matches!(
-            identity.admit(Some(b"nope")),
+            identity.check_peer(None),
+            Err(Refusal::Missing { .. })
+        ));
+        assert!(matches!(
+            identity.check_peer(Some(b"nope")),
             Err(Refusal::Malformed)
         ));
         let reopened = ClusterIdentity::open_in(dir).unwrap();

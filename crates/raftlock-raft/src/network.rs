@@ -373,7 +373,7 @@ where
     }
     if let Some(identity) = &state.identity {
         let presented = headers.get(CLUSTER_ID_HEADER).map(|v| v.as_bytes());
-        if let Err(refusal) = identity.admit(presented) {
+        if let Err(refusal) = identity.check_peer(presented) {
             return (StatusCode::CONFLICT, refusal.to_string()).into_response();
         }
     }

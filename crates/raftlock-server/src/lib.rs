@@ -7,7 +7,10 @@
 //! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`read_gate`]: linearizable reads, sharing one leadership confirmation.
+//! - [`unavailable`]: the "not decided" (503) error every layer shares.
 //! - [`election`]: elections started by this node after a pre-vote, never by openraft's timer.
+//! - [`headers`]: every HTTP header name, in one place.
 //! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
 //! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
@@ -27,12 +30,15 @@ pub mod config;
 pub mod dev;
 pub mod election;
 pub mod handoff;
+pub mod headers;
 pub mod http;
 pub mod listener;
 pub mod node;
 pub mod proposer;
+pub mod read_gate;
 pub mod telemetry;
 pub mod tls;
+pub mod unavailable;
 
 use anyhow::Context;
 

@@ -11,40 +11,12 @@ use raftlock_core::machine::StateMachine;
 use raftlock_core::ratelimit::FixedWindow;
 use raftlock_core::{Nanos, Op, Outcome};
 use raftlock_raft::{Raft, SharedState};
-use tokio::sync::oneshot;
 
 use crate::clock::{applied_time, wall_clock, NodeClock};
 use crate::config::Config;
 use crate::proposer::Proposer;
-
-/// Why a request could not be decided; always answered with 503.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct Unavailable {
-    /// The client-facing reason (no internals).
-    pub message: String,
-    /// The request was provably never proposed (this node was not, or no longer, the
-    /// leader), so it is safe to send to the new leader whatever the request is.
-    pub not_proposed: bool,
-}
-
-impl Unavailable {
-    /// The request may or may not take effect.
-    pub fn new(message: impl Into<String>) -> Self {
-        Unavailable {
-            message: message.into(),
-            not_proposed: false,
-        }
-    }
-
-    /// The request was never proposed.
-    pub fn not_proposed(message: impl Into<String>) -> Self {
-        Unavailable {
-            message: message.into(),
-            not_proposed: true,
-        }
-    }
-}
+use crate::read_gate::ReadGate;
+pub use crate::unavailable::Unavailable;
 
 /// Shared handle to everything a request handler needs.
 pub type SharedNode = Arc<Node>;
@@ -380,13 +352,13 @@ impl Node {
     }
 
     /// Counts one request of `bucket` against `limit` per minute (0 = unlimited).
-    pub fn admit(&self, bucket: &str, limit: u32) -> Result<(), u64> {
+    pub fn count_request(&self, bucket: &str, limit: u32) -> Result<(), u64> {
         // Rate-limit windows are local and approximate: the wall clock is fine here.
         let now = wall_clock();
         self.limiter
             .lock()
             .expect("limiter poisoned")
-            .admit(bucket, limit, now)
+            .count(bucket, limit, now)
     }
 
     /// Compaction by size: openraft snapshots after `--snapshot-logs` entries, but entries can
@@ -443,77 +415,5 @@ impl Node {
                 }
             }
         });
-    }
-}
-
-type ReadWaiter = oneshot::Sender<Result<(), Unavailable>>;
-
-/// ReadIndex batching: concurrent linearizable reads share one leadership confirmation.
-///
-/// A read may only be answered by a confirmation that *started after the read arrived*
-/// (otherwise a leader deposed in between could answer from stale state). So at most one
-/// confirmation runs at a time; reads arriving meanwhile queue, and the next confirmation,
-/// started only after taking the whole queue, answers all of them at once. A lone read costs
-/// what it did before (one `ensure_linearizable`); N concurrent reads cost about one
-/// heartbeat round to a quorum instead of N.
-struct ReadGate {
-    raft: Raft,
-    timeout: Duration,
-    /// (a confirmation loop is running, reads waiting for the next confirmation)
-    queue: Mutex<(bool, Vec<ReadWaiter>)>,
-}
-
-impl ReadGate {
-    fn new(raft: Raft, timeout: Duration) -> Arc<Self> {
-        Arc::new(ReadGate {
-            raft,
-            timeout,
-            queue: Mutex::new((false, Vec::new())),
-        })
-    }
-
-    /// Returns once leadership was confirmed by a quorum (and the read index applied) after
-    /// this call began.
-    async fn confirm(self: &Arc<Self>) -> Result<(), Unavailable> {
-        let (tx, rx) = oneshot::channel();
-        let start = {
-            let mut q = self.queue.lock().expect("read gate poisoned");
-            q.1.push(tx);
-            !std::mem::replace(&mut q.0, true)
-        };
-        if start {
-            let gate = Arc::clone(self);
-            tokio::spawn(async move { gate.drive().await });
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(Unavailable::new("read check dropped")))
-    }
-
-    /// Confirms leadership for everyone queued, again and again, until nobody is waiting.
-    async fn drive(&self) {
-        loop {
-            let batch = {
-                let mut q = self.queue.lock().expect("read gate poisoned");
-                if q.1.is_empty() {
-                    q.0 = false;
-                    return;
-                }
-                std::mem::take(&mut q.1)
-            };
-            let result =
-                match tokio::time::timeout(self.timeout, self.raft.ensure_linearizable()).await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "cannot confirm leadership");
-                        Err(Unavailable::new(
-                            "cannot confirm leadership (the leader changed or lost its quorum)",
-                        ))
-                    }
-                    Err(_) => Err(Unavailable::new("leadership not confirmed in time")),
-                };
-            for waiter in batch {
-                let _ = waiter.send(result.clone());
-            }
-        }
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use raftlock_core::Nanos;
 
-use crate::node::Unavailable;
+use crate::unavailable::Unavailable;
 
 /// Gives the stamp of a batch about to be proposed (see [`crate::clock::NodeClock::stamp`]).
 pub type Stamper = Arc<dyn Fn() -> Nanos + Send + Sync>;

@@ -7,7 +7,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::Span;
 use tracing_subscriber::EnvFilter;
 
-use crate::http::REQUEST_ID_HEADER;
+use crate::headers::REQUEST_ID_HEADER;
 use crate::node::Node;
 
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();

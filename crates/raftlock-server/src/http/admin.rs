@@ -114,11 +114,7 @@ async fn snapshot(
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
-    let outcome = node
-        .propose(op)
-        .await
-        .map_err(|e| ApiError::from_unavailable(D, e))?;
-    outcome.map_err(|e| ApiError::from_core(D, e))
+    ApiError::decide(node, op, D).await
 }
 
 #[derive(Deserialize)]

@@ -114,14 +114,18 @@ pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<Strin
 
 /// Authenticates a §4/§5 caller and counts the request against its project's limit for that
 /// API (§4 and §5 have separate windows); returns the caller's project.
-pub fn admit(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<String, ApiError> {
+pub fn lock_caller_counted(
+    node: &Node,
+    headers: &HeaderMap,
+    d: Dialect,
+) -> Result<String, ApiError> {
     let project = lock_caller(node, headers, d)?;
     let (locks_limit, hier_limit) = node.read_local(|sm, _| sm.rate_limits(&project));
     let (bucket, limit, api) = match d {
         Dialect::Locks => (project.clone(), locks_limit, "locks"),
         Dialect::Rpc => (format!("{project}#hier"), hier_limit, "hierarchy"),
     };
-    if let Err(retry_after) = node.admit(&bucket, limit) {
+    if let Err(retry_after) = node.count_request(&bucket, limit) {
         metrics::counter!("raftlock_rate_limited_total", "api" => api).increment(1);
         return Err(ApiError::rate_limited(d, retry_after));
     }
@@ -182,7 +186,7 @@ pub fn admit_peer(node: &Node, headers: &HeaderMap) -> Result<(), PeerRefusal> {
     }
     let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
     node.identity
-        .admit(presented.map(|v| v.as_bytes()))
+        .check_peer(presented.map(|v| v.as_bytes()))
         .map_err(|refusal| PeerRefusal::Cluster(refusal.to_string()))
 }
 

@@ -22,17 +22,10 @@ use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed};
 use super::idempotency::{self, ClientRequestId, FORWARDED_REQUEST_ID_HEADER};
+use super::wait::WaitContext;
 use crate::node::SharedNode;
 
-/// Marks a request forwarded by a peer; its value is the number of hops so far.
-pub const HOPS_HEADER: &str = "x-raftlock-hops";
-/// Waiter id of a forwarded blocking acquire, stable across retries to a new leader.
-pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
-/// Wall-clock deadline (ns) of a forwarded blocking acquire, stable across retries.
-pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
-/// On a 503 to a forwarded request: it was never proposed, so the forwarding peer may send
-/// it to the new leader whatever it is.
-pub const NOT_PROPOSED_HEADER: &str = "x-raftlock-not-proposed";
+pub use crate::headers::{DEADLINE_HEADER, HOPS_HEADER, NOT_PROPOSED_HEADER, WAITER_ID_HEADER};
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// After a failed attempt, how long to wait for news of a leader before trying again.
@@ -228,44 +221,6 @@ fn forwarded_hops(node: &SharedNode, req: &Request, dialect: Dialect) -> Result<
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(MAX_HOPS))
-}
-
-/// The identity of a blocking acquire, fixed by the node the client called and kept across
-/// every retry at a new leader, so a retry keeps the call's place in the replicated queue
-/// (and cannot queue twice) and its original deadline. Handlers read it as a request
-/// extension; it is empty for every other request.
-#[derive(Debug, Clone, Default)]
-pub struct WaitContext {
-    pub waiter_id: Option<String>,
-    /// Cluster-time nanoseconds at which the original call gives up.
-    pub deadline: Option<i64>,
-}
-
-impl WaitContext {
-    /// For a request that arrived with `hops` hops and asks to wait `wait_secs`.
-    fn for_request(node: &SharedNode, parts: &Parts, wait_secs: u64, hops: u32) -> WaitContext {
-        if wait_secs == 0 {
-            return WaitContext::default();
-        }
-        if hops > 0 {
-            // Set by the peer that forwarded it (its secret was checked).
-            let text = |name: &str| {
-                parts
-                    .headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            return WaitContext {
-                waiter_id: text(WAITER_ID_HEADER),
-                deadline: text(DEADLINE_HEADER).and_then(|d| d.parse().ok()),
-            };
-        }
-        WaitContext {
-            waiter_id: Some(super::rpc::new_waiter_id()),
-            deadline: Some(node.cluster_now() + wait_secs as i64 * 1_000_000_000),
-        }
-    }
 }
 
 /// A client request on its way to the leader: what is needed to (re)send it, and its bound.

@@ -20,8 +20,7 @@ use raftlock_core::Op;
 use super::forward::HOPS_HEADER;
 use super::REQUEST_ID_HEADER;
 
-/// On a forwarded request: the request id the client itself sent (absent when it sent none).
-pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
+pub use crate::headers::FORWARDED_REQUEST_ID_HEADER;
 
 /// The request id the client sent, when it is a UUID.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -23,8 +23,7 @@ use crate::node::SharedNode;
 
 const D: Dialect = Dialect::Locks;
 
-/// Header carrying the caller's per-lease UUID.
-pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
+pub use crate::headers::LOCK_TOKEN_HEADER;
 
 pub fn routes() -> Router<SharedNode> {
     Router::new()
@@ -58,7 +57,7 @@ async fn list(
     query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let project = admit(&node, &headers)?;
+    let project = caller_project(&node, &headers)?;
     let axum::extract::Query(q) = query.map_err(|e| ApiError::bad_request(D, e.body_text()))?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
@@ -119,8 +118,8 @@ fn lock_token(headers: &HeaderMap) -> Result<u128, ApiError> {
 }
 
 /// Authenticates and counts the request; returns the caller's project.
-fn admit(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiError> {
-    auth::admit(node, headers, D)
+fn caller_project(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiError> {
+    auth::lock_caller_counted(node, headers, D)
 }
 
 /// The `{key}` path segment; a malformed one (bad percent-encoding) is a JSON 400 too.
@@ -134,11 +133,7 @@ fn check_key(key: &str) -> Result<(), ApiError> {
 }
 
 async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
-    let outcome = node
-        .propose(op)
-        .await
-        .map_err(|e| ApiError::from_unavailable(D, e))?;
-    outcome.map_err(|e| ApiError::from_core(D, e))
+    ApiError::decide(node, op, D).await
 }
 
 fn lease_body(reply: Reply) -> Result<Response, ApiError> {
@@ -166,7 +161,7 @@ async fn lease_call(
     body: Body,
     make: fn(u128, u64) -> LockAction,
 ) -> Result<Response, ApiError> {
-    let project = admit(&node, &headers)?;
+    let project = caller_project(&node, &headers)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
     let TtlBody { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
@@ -218,7 +213,7 @@ async fn release(
     id: ClientRequestId,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let project = admit(&node, &headers)?;
+    let project = caller_project(&node, &headers)?;
     let key = key_of(key)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
@@ -240,7 +235,7 @@ async fn force_release(
     id: ClientRequestId,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let project = admit(&node, &headers)?;
+    let project = caller_project(&node, &headers)?;
     let key = key_of(key)?;
     check_key(&key)?;
     decide(
@@ -260,7 +255,7 @@ async fn read(
     key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let project = admit(&node, &headers)?;
+    let project = caller_project(&node, &headers)?;
     let key = key_of(key)?;
     check_key(&key)?;
     let read = node

@@ -12,6 +12,7 @@ pub mod forward;
 pub mod idempotency;
 pub mod locks;
 pub mod rpc;
+pub mod wait;
 
 use std::time::Instant;
 
@@ -29,8 +30,7 @@ use crate::node::SharedNode;
 use crate::telemetry;
 use errors::{ApiError, Dialect};
 
-/// Request correlation header of §4, reused for every route.
-pub const REQUEST_ID_HEADER: &str = "x-volcano-request-id";
+pub use crate::headers::REQUEST_ID_HEADER;
 
 /// Builds the whole router of a node.
 pub fn router(node: SharedNode) -> Router {

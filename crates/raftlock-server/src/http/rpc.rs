@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::errors::{ApiError, Dialect};
-use super::forward::WaitContext;
 use super::idempotency::ClientRequestId;
+use super::wait::{new_waiter_id, CancelOnDrop, WaitContext, WaiterGauge};
 use super::{auth, body};
 use crate::node::SharedNode;
 
@@ -119,7 +119,7 @@ async fn dispatch(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let project = auth::admit(&node, &headers, D)?;
+    let project = auth::lock_caller_counted(&node, &headers, D)?;
     let bytes = body::read(b, D).await?;
     let ctx = wait.map(|Extension(w)| w).unwrap_or_default();
     let call = Call {
@@ -176,12 +176,7 @@ impl Call {
             op,
         };
         let op = if once { self.request_id.wrap(op) } else { op };
-        let outcome = self
-            .node
-            .propose(op)
-            .await
-            .map_err(|e| ApiError::from_unavailable(D, e))?;
-        outcome.map_err(core)
+        ApiError::decide(&self.node, op, D).await
     }
 
     async fn read<T>(
@@ -512,57 +507,6 @@ impl Call {
                 }
             }
         }
-    }
-}
-
-/// A new waiter id: 22 random base62 characters.
-pub fn new_waiter_id() -> String {
-    Alphanumeric.sample_string(&mut rand::thread_rng(), 22)
-}
-
-/// Proposes a cancel if the waiting call goes away (client disconnect drops the handler),
-/// so an abandoned waiter leaves the queue at once instead of at its deadline.
-struct CancelOnDrop {
-    pending: Option<(SharedNode, String, HierOp)>,
-}
-
-impl CancelOnDrop {
-    fn new(node: SharedNode, project: String, cancel: HierOp) -> Self {
-        CancelOnDrop {
-            pending: Some((node, project, cancel)),
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.pending = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some((node, project, op)) = self.pending.take() {
-            tokio::spawn(async move {
-                if let Err(e) = node.propose(Op::Hier { project, op }).await {
-                    tracing::warn!(error = %e, "could not dequeue an abandoned waiter");
-                }
-            });
-        }
-    }
-}
-
-/// Tracks the number of calls waiting on this node (the `raftlock_waiters` gauge).
-struct WaiterGauge;
-
-impl WaiterGauge {
-    fn new() -> Self {
-        metrics::gauge!("raftlock_waiters").increment(1.0);
-        WaiterGauge
-    }
-}
-
-impl Drop for WaiterGauge {
-    fn drop(&mut self) {
-        metrics::gauge!("raftlock_waiters").decrement(1.0);
     }
 }
 

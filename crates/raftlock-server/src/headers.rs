@@ -1,0 +1,23 @@
+//! Every HTTP header name the server reads or writes, in one place.
+//!
+//! Client-facing names come from the original API documents; `x-raftlock-*` names travel only
+//! between nodes (a client sending one to the client listener is refused). The Rust SDK keeps
+//! its own copies of the two client-facing names (it does not depend on the server).
+
+/// Request correlation id (client-facing, every route): echoed, made up when absent.
+pub const REQUEST_ID_HEADER: &str = "x-volcano-request-id";
+/// The caller's per-lease UUID on the project-lock `/lease` routes (client-facing).
+pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
+/// Marks a request forwarded by a peer; its value is the number of hops so far.
+pub const HOPS_HEADER: &str = "x-raftlock-hops";
+/// Waiter id of a forwarded blocking acquire, stable across retries to a new leader.
+pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
+/// Wall-clock deadline (ns) of a forwarded blocking acquire, stable across retries.
+pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
+/// On a 503 to a forwarded request: it was never proposed, so the forwarding peer may send
+/// it to the new leader whatever it is.
+pub const NOT_PROPOSED_HEADER: &str = "x-raftlock-not-proposed";
+/// On a forwarded request: the request id the client itself sent (absent when it sent none).
+pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
+/// Node-to-node authentication and identity, defined with the Raft network.
+pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};
