@@ -19,6 +19,10 @@
 //!   builds and persists snapshots, and exposes the applied state to readers.
 //! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
 //! - [`config`]: [`recommended_config`], the Raft timing and snapshot policy raftlock runs with.
+//! - [`backup`]: backup files (the state at a committed index) and restoring them into the
+//!   data directories of a new cluster.
+//! - [`waiters`]: [`WaiterBoard`], which wakes exactly the blocking calls whose waiter left
+//!   its queue.
 
 // openraft's `StorageError`/`RPCError` are large by design and every trait method returns them;
 // boxing them in our helpers would only add conversions.

@@ -1,6 +1,7 @@
 //! # raftlock-server
 //!
-//! A raftlock node: the HTTP API of `SPEC.md` §3–§6 on top of the replicated state machine.
+//! A raftlock node: the HTTP APIs (project locks, hierarchical locks, admin; docs/api.md) on
+//! top of the replicated state machine.
 //!
 //! ## Layout
 //! - [`config`]: flags, `RAFTLOCK_*` environment and `--config` TOML into one [`config::Config`].
@@ -13,15 +14,16 @@
 //! - [`headers`]: every HTTP header name, in one place.
 //! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
-//! - [`http`]: routes — §4 project locks, §5 RPCs, admin, health, metrics — plus auth,
-//!   error dialects, body limits and forwarding to the leader.
+//! - [`http`]: routes — project locks, hierarchical-lock methods, admin, health, metrics,
+//!   the web console — plus auth, error dialects, body limits, blocking waits and forwarding
+//!   to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
 //! - [`tls`]: HTTPS for clients and mutual TLS between nodes, following the certificate
 //!   files for rotation.
 //! - [`dev`]: `raftlock dev`, a local multi-node cluster in one command.
 //! - [`certs`]: `raftlock certs`, a private CA and node certificates for TLS.
 //! - [`cli`]: the client commands of the binary (`lock`, `ns`, `lease`, `hlock`, `admin`,
-//!   `cluster`), built on `raftlock-client`.
+//!   `cluster`, `snapshot`), built on `raftlock-client`.
 
 pub mod certs;
 pub mod cli;

@@ -1,7 +1,19 @@
-//! The HTTP surface of a node: one listener serves clients, operators and peers.
+//! The HTTP surface of a node: one listener serves clients, operators and peers (or two,
+//! with `--peer-listen`).
 //!
-//! Client routes (§4, §5, admin writes) pass through [`forward::to_leader`]; health, metrics,
-//! this node's cluster view, the web console (`/ui/`) and the Raft RPCs are answered locally.
+//! Client routes (project locks, hierarchical locks, admin writes) pass through
+//! [`forward::to_leader`]; health, metrics, this node's cluster view, backups, the web console
+//! (`/ui/`) and the Raft RPCs are answered locally.
+//!
+//! ## Layout
+//! - [`locks`]: the project-lock routes; [`rpc`]: the hierarchical-lock methods;
+//!   [`admin`]: projects, keys, membership, cluster views, backups; [`console`]: `/ui/`.
+//! - [`auth`]: credentials (platform token, project keys, peers) and rate counting.
+//! - [`forward`]: sending a request to the leader within its one deadline.
+//! - [`wait`]: what a blocking acquire keeps across forwards, and its guards.
+//! - [`idempotency`]: client request ids on writes.
+//! - [`errors`]: the two error dialects and the one propose-and-map helper; [`body`]:
+//!   bounded reading and JSON decoding.
 
 pub mod admin;
 pub mod auth;
