@@ -141,7 +141,7 @@ impl Namespace {
     /// Records a change of `before` → `after` bytes in the kept total (if kept).
     pub(super) fn restate(&mut self, before: usize, after: usize) {
         if let Some(stored) = &mut self.stored.0 {
-            *stored = *stored + after - before;
+            *stored = budget::restated(*stored, before, after);
         }
     }
 
