@@ -65,14 +65,16 @@ pub fn holder_bytes(lock_name: &str, lease_id: &str, metadata: &BTreeMap<String,
     990 + 2 * lock_name.len() + lease_id.len() + ancestors + metadata_bytes(metadata)
 }
 
-/// `total` after one of its parts went from `before` to `after`. A part never frees more
-/// than it was charged; if a bookkeeping bug ever made it, debug builds (every test) stop
-/// here, and release builds saturate instead of stopping every replica on the same entry
-/// (the totals are caches, so the state itself stays right and the same on every node).
-pub fn restated(total: usize, before: usize, after: usize) -> usize {
+/// `total` after one of its parts went from `before` to `after`, or `None` if that would
+/// free more than was charged. That never happens; if a bookkeeping bug ever made it, debug
+/// builds (every test) stop here, and release builds make the caller forget the kept total,
+/// so it is counted again from the state — exactly what a replica restarted from a snapshot
+/// computes — instead of stopping every replica on the same entry or deciding from a wrong
+/// number.
+pub fn restated(total: usize, before: usize, after: usize) -> Option<usize> {
     let next = (total + after).checked_sub(before);
     debug_assert!(next.is_some(), "freed {before} bytes of a total of {total}");
-    next.unwrap_or(0)
+    next
 }
 
 /// A side channel kept next to the state but not part of it: never encoded, and equal to
@@ -129,9 +131,13 @@ impl ProjectTotals {
             Some(total) => total,
             None => totals.entry(project.to_string()).or_default(),
         };
-        *total = restated(*total, before, after);
-        if *total == 0 {
-            totals.remove(project);
+        match restated(*total, before, after) {
+            Some(0) => {
+                totals.remove(project);
+            }
+            Some(next) => *total = next,
+            // Counted from the state from now on (see `restated`).
+            None => self.0 = None,
         }
     }
 

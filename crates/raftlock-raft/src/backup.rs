@@ -10,9 +10,10 @@
 //! the new cluster's membership, and the new cluster's id. Nothing else: on start the node
 //! finds a snapshot and no log, and openraft purges the log up to the snapshot (its usual
 //! "snapshot installed, log not yet cleaned" path). The snapshot's log id has term 0, so the
-//! first election (term 1) appends above it. Fencing tokens jump forward (see
-//! [`fencing_skip`]) so the restored cluster never reissues a token the old one may have
-//! handed out after the backup.
+//! first election (term 1) appends above it. Fencing tokens jump forward by
+//! [`RESTORE_FENCING_SKIP`] so the restored cluster never reissues a token the old one may
+//! have handed out after the backup; the jump is a constant, so every node restored from the
+//! same file gets the same state whenever it is restored.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -36,9 +37,16 @@ pub const BACKUP_MAGIC: &[u8; 8] = b"RLBACKUP";
 /// Layout version of the backup file (not of the state inside, which has its own).
 pub const BACKUP_FORMAT: u32 = 1;
 /// Fastest rate at which any cluster could hand out fencing tokens, with a wide margin
-/// (measured clusters commit ~10^4 writes per second): the restore jump assumes at most this
-/// many tokens per second were issued after the backup.
+/// (measured clusters commit ~10^4 writes per second).
 pub const MAX_TOKENS_PER_SECOND: u64 = 1_000_000;
+/// How far a restore moves the next fencing token: 2^45 ≈ 3.5 × 10^13, everything the old
+/// cluster could have issued in [`MAX_BACKUP_AGE_SECONDS`] at [`MAX_TOKENS_PER_SECOND`]. A
+/// constant (not a function of the restore's clock) so that nodes restored at different
+/// moments hold the same state; tokens live in (2^52, 2^53), room for 128 restores.
+pub const RESTORE_FENCING_SKIP: u64 = 1 << 45;
+/// Oldest backup a restore accepts: older, the old cluster could (at the assumed rate) have
+/// issued more tokens since than [`RESTORE_FENCING_SKIP`] skips.
+pub const MAX_BACKUP_AGE_SECONDS: u64 = RESTORE_FENCING_SKIP / MAX_TOKENS_PER_SECOND;
 
 /// What a backup file says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +113,7 @@ pub fn read_header(bytes: &[u8]) -> Result<BackupHeader, BackupError> {
 pub fn read(bytes: &[u8]) -> Result<(BackupHeader, SmData), BackupError> {
     let (header, body) = frames(bytes)?;
     let state = decode_state(body).map_err(|e| BackupError::State(e.to_string()))?;
+    check_matches(&header, &state)?;
     Ok((header, state))
 }
 
@@ -133,12 +142,28 @@ fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8]), BackupError> {
     Ok((header, body))
 }
 
-/// How many fencing tokens a restore skips: everything the old cluster could have issued
-/// between the backup and `now_ms` at [`MAX_TOKENS_PER_SECOND`], plus a day of margin for
-/// clock error.
-pub fn fencing_skip(header: &BackupHeader, now_ms: i64) -> u64 {
-    let elapsed_s = (now_ms - header.taken_at_ms).max(0) as u64 / 1000;
-    (elapsed_s + 86_400).saturating_mul(MAX_TOKENS_PER_SECOND)
+/// The fencing-token skip of a restore at `now_ms`: always [`RESTORE_FENCING_SKIP`]; refused
+/// for a backup older than [`MAX_BACKUP_AGE_SECONDS`], which the skip could not cover.
+pub fn fencing_skip(header: &BackupHeader, now_ms: i64) -> Result<u64, BackupError> {
+    let age_s = (now_ms - header.taken_at_ms).max(0) as u64 / 1000;
+    if age_s > MAX_BACKUP_AGE_SECONDS {
+        return Err(BackupError::Restore(format!(
+            "the backup is {} days old; a restore can only skip the fencing tokens of {} days",
+            age_s / 86_400,
+            MAX_BACKUP_AGE_SECONDS / 86_400
+        )));
+    }
+    Ok(RESTORE_FENCING_SKIP)
+}
+
+/// Refuses a header and a state that were not written together (frames of two backups).
+fn check_matches(header: &BackupHeader, state: &SmData) -> Result<(), BackupError> {
+    if header.last_applied != state.last_applied || header.state_time != state.machine.time() {
+        return Err(BackupError::Damaged(
+            "the header does not describe the state it carries".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The id every node of the cluster restored from `header` with `peers` gets: derived from
@@ -168,17 +193,30 @@ pub fn restore_into(
             "--peers does not list node {node_id}"
         )));
     }
-    std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
-    if std::fs::read_dir(dir)
-        .map_err(|e| fail(&e))?
-        .next()
-        .is_some()
-    {
-        return Err(BackupError::Restore(format!(
-            "{} is not empty: restore only into a new data directory",
-            dir.display()
-        )));
+    if dir.exists() {
+        if std::fs::read_dir(dir)
+            .map_err(|e| fail(&e))?
+            .next()
+            .is_some()
+        {
+            return Err(BackupError::Restore(format!(
+                "{} is not empty: restore only into a new data directory",
+                dir.display()
+            )));
+        }
+        std::fs::remove_dir(dir).map_err(|e| fail(&e))?;
     }
+    // Everything is written into a sibling directory renamed into place at the end, so a
+    // failed restore leaves no half-prepared data directory behind.
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let staging = dir.with_file_name(format!(".{name}.restoring"));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| fail(&e))?;
+    }
+    std::fs::create_dir_all(&staging).map_err(|e| fail(&e))?;
     state
         .machine
         .skip_fencing_tokens(skip)
@@ -203,12 +241,18 @@ pub fn restore_into(
         },
         data,
     };
-    let os_dir: Arc<dyn Dir> = Arc::new(OsDir::open(dir).map_err(|e| fail(&e))?);
+    let os_dir: Arc<dyn Dir> = Arc::new(OsDir::open(&staging).map_err(|e| fail(&e))?);
     checked_file::save(&*os_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snapshot).map_err(|e| fail(&e))?;
     let id = restored_cluster_id(header, peers);
     ClusterIdentity::open_in(os_dir)
         .and_then(|identity| identity.set_new(id))
         .map_err(|e| fail(&e))?;
+    std::fs::rename(&staging, dir).map_err(|e| fail(&e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| fail(&e))?;
+    }
     Ok(id)
 }
 
@@ -261,6 +305,22 @@ mod tests {
     }
 
     #[test]
+    fn a_header_spliced_onto_another_backups_state_is_refused() {
+        let a = write(&sample(), None, 1_000).unwrap();
+        let mut other = sample();
+        other.last_applied = Some(LogId::new(CommittedLeaderId::new(3, 1), 7));
+        let b = write(&other, None, 1_000).unwrap();
+        let header_end = |bytes: &[u8]| match codec::read_frame(&bytes[8..], 0) {
+            codec::FrameRead::Frame { next, .. } => 8 + next,
+            _ => panic!("header frame"),
+        };
+        let mut spliced = a[..header_end(&a)].to_vec();
+        spliced.extend_from_slice(&b[header_end(&b)..]);
+        let err = read(&spliced).unwrap_err().to_string();
+        assert!(err.contains("does not describe"), "{err}");
+    }
+
+    #[test]
     fn an_unknown_format_is_named() {
         let mut header = codec::encode(&BackupHeader {
             format: 99,
@@ -286,7 +346,9 @@ mod tests {
         let (header, state) = read(&bytes).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let peers: BTreeMap<u64, String> = [(1, "a:1".to_string()), (2, "b:1".to_string())].into();
-        let skip = fencing_skip(&header, 2_000);
+        let skip = fencing_skip(&header, 2_000).unwrap();
+        let too_old = 1_000 + (MAX_BACKUP_AGE_SECONDS as i64 + 1) * 1000;
+        assert!(fencing_skip(&header, too_old).is_err());
         let id = restore_into(dir.path(), &header, state.clone(), 1, &peers, skip).unwrap();
         assert_ne!(id, Uuid::nil(), "a new cluster id");
         assert_eq!(

@@ -168,9 +168,11 @@ impl ServerTls {
         if !force && *seen == stamps {
             return;
         }
-        *seen = stamps;
         match Self::build(&self.files) {
             Ok(config) => {
+                // Remembered only once the files loaded: a half-written file is read again
+                // on the next poll, even if the writer finished within the same mtime tick.
+                *seen = stamps;
                 *self.current.write().expect("not poisoned") = config;
                 metrics::counter!("raftlock_tls_reloads_total").increment(1);
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
@@ -187,10 +189,12 @@ impl ServerTls {
 /// only the peer CA; both follow their files.
 pub struct PeerClientTls {
     files: TlsFiles,
-    key: RwLock<Arc<CertifiedKey>>,
-    verifier: RwLock<Arc<WebPkiServerVerifier>>,
+    /// This node's certificate and key, and the verifier of the peer CA.
+    identity: RwLock<Arc<PeerIdentity>>,
     stamps: std::sync::Mutex<Vec<Option<SystemTime>>>,
 }
+
+type PeerIdentity = (Arc<CertifiedKey>, Arc<WebPkiServerVerifier>);
 
 impl std::fmt::Debug for PeerClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -203,16 +207,15 @@ impl std::fmt::Debug for PeerClientTls {
 impl PeerClientTls {
     pub fn load(files: TlsFiles) -> anyhow::Result<Arc<Self>> {
         let stamps = files.stamps();
-        let (key, verifier) = Self::build(&files)?;
+        let identity = Self::build(&files)?;
         Ok(Arc::new(PeerClientTls {
             files,
-            key: RwLock::new(key),
-            verifier: RwLock::new(verifier),
+            identity: RwLock::new(Arc::new(identity)),
             stamps: std::sync::Mutex::new(stamps),
         }))
     }
 
-    fn build(files: &TlsFiles) -> anyhow::Result<(Arc<CertifiedKey>, Arc<WebPkiServerVerifier>)> {
+    fn build(files: &TlsFiles) -> anyhow::Result<PeerIdentity> {
         let ca = files.ca.as_ref().context("mutual TLS needs a CA file")?;
         let verifier = WebPkiServerVerifier::builder_with_provider(load_roots(ca)?, provider())
             .build()
@@ -238,11 +241,11 @@ impl PeerClientTls {
         if !force && *seen == stamps {
             return;
         }
-        *seen = stamps;
         match Self::build(&self.files) {
-            Ok((key, verifier)) => {
-                *self.key.write().expect("not poisoned") = key;
-                *self.verifier.write().expect("not poisoned") = verifier;
+            Ok(identity) => {
+                *seen = stamps;
+                // Key and CA change together: no handshake sees one new and one old.
+                *self.identity.write().expect("not poisoned") = Arc::new(identity);
                 metrics::counter!("raftlock_tls_reloads_total").increment(1);
                 tracing::info!(cert = %self.files.cert.display(), "peer TLS certificate reloaded");
             }
@@ -257,13 +260,13 @@ impl PeerClientTls {
     }
 
     fn verifier(&self) -> Arc<WebPkiServerVerifier> {
-        self.verifier.read().expect("not poisoned").clone()
+        self.identity.read().expect("not poisoned").1.clone()
     }
 }
 
 impl ResolvesClientCert for PeerClientTls {
     fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        Some(self.key.read().expect("not poisoned").clone())
+        Some(self.identity.read().expect("not poisoned").0.clone())
     }
 
     fn has_certs(&self) -> bool {

@@ -140,8 +140,8 @@ impl Namespace {
 
     /// Records a change of `before` → `after` bytes in the kept total (if kept).
     pub(super) fn restate(&mut self, before: usize, after: usize) {
-        if let Some(stored) = &mut self.stored.0 {
-            *stored = budget::restated(*stored, before, after);
+        if let Some(stored) = self.stored.0 {
+            self.stored.0 = budget::restated(stored, before, after);
         }
     }
 

@@ -160,9 +160,12 @@ impl Namespace {
         };
         let waiter = queue.remove(pos).expect("position is valid");
         self.resolved.0.push(waiter.id.clone());
-        if let Some(usage) = &mut self.usage.0 {
-            usage.count -= 1;
-            usage.bytes -= waiter.bytes(name);
+        if let Some(usage) = self.usage.0 {
+            // `None` (count it from the queues) if the bookkeeping ever went wrong.
+            self.usage.0 = crate::budget::restated(usage.count, 1, 0).and_then(|count| {
+                let bytes = crate::budget::restated(usage.bytes, waiter.bytes(name), 0)?;
+                Some(WaiterUsage { count, bytes })
+            });
         }
         if queue.is_empty() {
             self.waiters.remove(name);

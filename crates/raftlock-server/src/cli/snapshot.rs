@@ -187,7 +187,7 @@ fn restore(conn: &Conn, file: &Path, dir: &Path, node_id: u64, peers: &str) -> C
     let (header, state) =
         backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
     let now_ms = crate::clock::wall_clock() / 1_000_000;
-    let skip = backup::fencing_skip(&header, now_ms);
+    let skip = backup::fencing_skip(&header, now_ms).map_err(|e| Failure::error(e.to_string()))?;
     let id = backup::restore_into(dir, &header, state, node_id, &peers, skip)
         .map_err(|e| Failure::error(e.to_string()))?;
     conn.emit(

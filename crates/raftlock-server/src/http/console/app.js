@@ -115,23 +115,24 @@ async function showHierarchy(key) {
         rpc("ListLockLeases", { namespace_name: ns.name, limit: 250 }, key),
         rpc("ListWaiters", { namespace_name: ns.name }, key),
       ]);
-      const queues = {};
+      // Maps, not plain objects: a lock may be named `constructor` or `__proto__`.
+      const queues = new Map();
       (waiting.waiters || []).forEach((w) => {
-        (queues[w.lock_name] = queues[w.lock_name] || []).push(
+        if (!queues.has(w.lock_name)) queues.set(w.lock_name, []);
+        queues.get(w.lock_name).push(
           w.position + ". " + w.lease_id.slice(0, 8) + "… " + (w.exclusive ? "exclusive" : "shared"));
       });
       const div = document.createElement("div");
       div.className = "ns";
       div.appendChild(text("h3", ns.name + (ns.description ? " — " + ns.description : "")));
       const lt = document.createElement("table");
-      const names = new Set((locks.locks || []).map((l) => l.name).concat(Object.keys(queues)));
-      const byName = {};
-      (locks.locks || []).forEach((l) => { byName[l.name] = l; });
+      const names = new Set((locks.locks || []).map((l) => l.name).concat([...queues.keys()]));
+      const byName = new Map((locks.locks || []).map((l) => [l.name, l]));
       table(lt, ["lock", "state", "holders (lease)", "waiting"], [...names].sort().map((name) => {
-        const l = byName[name];
+        const l = byName.get(name);
         return [name, l ? l.state.replace("LOCK_STATE_", "").toLowerCase() : "unlocked",
           l ? (l.lock_holders || []).map((h) => h.lease_id.slice(0, 8) + "…").join(", ") : "",
-          (queues[name] || []).join("; ")];
+          (queues.get(name) || []).join("; ")];
       }));
       div.appendChild(lt);
       const et = document.createElement("table");
