@@ -219,6 +219,14 @@ impl Client {
         self.send(call).await.map(|_| ())
     }
 
+    /// A backup of the whole state (`GET /admin/v1/snapshot`): only the leader answers
+    /// (followers say 503, so the call fails over until it reaches it). `extra` is added to
+    /// the request timeout, for a large state.
+    pub async fn snapshot(&self, extra: std::time::Duration) -> Result<Vec<u8>> {
+        let call = Call::new(Method::GET, "/admin/v1/snapshot").extra_timeout(extra);
+        Ok(self.send(call).await?.body)
+    }
+
     /// The cluster view of the first node that answers.
     pub async fn cluster_view(&self) -> Result<ClusterView> {
         self.send(Call::new(Method::GET, "/admin/v1/cluster"))

@@ -57,71 +57,23 @@ pub async fn run(args: SnapshotArgs) -> CmdResult {
     }
 }
 
-/// Asks each endpoint in turn; the leader answers (followers say 503).
+/// Asks the cluster for a backup (the SDK fails over until the leader answers), checks its
+/// header, and writes it durably.
 async fn save(conn: &Conn, file: &Path) -> CmdResult {
-    let token = conn
-        .platform_token
-        .clone()
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            Failure::error(
-                "no platform token: pass --platform-token or set RAFTLOCK_PLATFORM_TOKEN",
-            )
-        })?;
-    let mut http =
-        reqwest::Client::builder().timeout(Duration::from_secs(conn.request_timeout.max(60)));
-    if let Some(path) = &conn.cacert {
-        let pem = std::fs::read(path)
-            .map_err(|e| Failure::error(format!("--cacert {}: {e}", path.display())))?;
-        let cert = reqwest::Certificate::from_pem(&pem)
-            .map_err(|e| Failure::error(format!("--cacert {}: {e}", path.display())))?;
-        http = http.add_root_certificate(cert);
-    }
-    let http = http.build().map_err(|e| Failure::error(e.to_string()))?;
-    let mut last = String::from("no endpoints");
-    for endpoint in &conn.endpoints {
-        let base = if endpoint.contains("://") {
-            endpoint.trim_end_matches('/').to_string()
-        } else {
-            format!("http://{endpoint}")
-        };
-        let answer = http
-            .get(format!("{base}/admin/v1/snapshot"))
-            .bearer_auth(&token)
-            .send()
-            .await;
-        let resp = match answer {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) => {
-                last = format!("{base}: {}", r.status());
-                continue;
-            }
-            Err(e) => {
-                last = format!("{base}: {e}");
-                continue;
-            }
-        };
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| Failure::error(format!("{base}: {e}")))?;
-        let header = backup::read_header(&bytes)
-            .map_err(|e| Failure::error(format!("{base} sent a bad backup: {e}")))?;
-        write_durably(file, &bytes)?;
-        conn.emit(&header_json(&header, bytes.len()), || {
-            format!(
-                "saved {}: {} bytes, index {}, cluster {}",
-                file.display(),
-                bytes.len(),
-                header.last_applied.map_or(0, |l| l.index),
-                header.cluster_id.map(|c| c.to_string()).unwrap_or_default()
-            )
-        });
-        return Ok(0);
-    }
-    Err(Failure::error(format!(
-        "no leader gave a snapshot (last: {last})"
-    )))
+    let bytes = conn.admin()?.snapshot(Duration::from_secs(60)).await?;
+    let header = backup::read_header(&bytes)
+        .map_err(|e| Failure::error(format!("the cluster sent a bad backup: {e}")))?;
+    write_durably(file, &bytes)?;
+    conn.emit(&header_json(&header, bytes.len()), || {
+        format!(
+            "saved {}: {} bytes, index {}, cluster {}",
+            file.display(),
+            bytes.len(),
+            header.last_applied.map_or(0, |l| l.index),
+            header.cluster_id.map(|c| c.to_string()).unwrap_or_default()
+        )
+    });
+    Ok(0)
 }
 
 /// Writes the file next to its final name, syncs it and renames it into place.
