@@ -113,26 +113,77 @@ fn check_validity(path: &Path, cert: &CertificateDer<'_>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A server configuration that follows its files (see the module docs).
-pub struct ServerTls {
+/// Something built from certificate files that follows them: rebuilt when they change, the
+/// previous value kept while they do not load. Both TLS sides are one of these.
+struct Followed<T> {
     files: TlsFiles,
-    current: RwLock<Arc<rustls::ServerConfig>>,
+    build: fn(&TlsFiles) -> anyhow::Result<T>,
+    /// What it is, for the logs.
+    what: &'static str,
+    current: RwLock<Arc<T>>,
+    /// Modification times of the files the current value was built from.
     stamps: std::sync::Mutex<Vec<Option<SystemTime>>>,
 }
+
+impl<T> Followed<T> {
+    /// Builds from the files now; any problem is an error naming the file.
+    fn load(
+        files: TlsFiles,
+        build: fn(&TlsFiles) -> anyhow::Result<T>,
+        what: &'static str,
+    ) -> anyhow::Result<Self> {
+        let stamps = files.stamps();
+        let value = build(&files)?;
+        Ok(Followed {
+            files,
+            build,
+            what,
+            current: RwLock::new(Arc::new(value)),
+            stamps: std::sync::Mutex::new(stamps),
+        })
+    }
+
+    fn get(&self) -> Arc<T> {
+        self.current.read().expect("not poisoned").clone()
+    }
+
+    /// Rebuilds if the files changed (or if `force`); keeps the old value when the new files
+    /// do not load. The new value replaces the old one whole (a key never pairs with an old
+    /// CA).
+    fn reload(&self, force: bool) {
+        let stamps = self.files.stamps();
+        let mut seen = self.stamps.lock().expect("not poisoned");
+        if !force && *seen == stamps {
+            return;
+        }
+        match (self.build)(&self.files) {
+            Ok(value) => {
+                // Remembered only once the files loaded: a half-written file is read again
+                // on the next poll, even if the writer finished within the same mtime tick.
+                *seen = stamps;
+                *self.current.write().expect("not poisoned") = Arc::new(value);
+                metrics::counter!("raftlock_tls_reloads_total").increment(1);
+                tracing::info!(cert = %self.files.cert.display(), "{} reloaded", self.what);
+            }
+            Err(e) => {
+                metrics::counter!("raftlock_tls_reload_failures_total").increment(1);
+                tracing::error!(error = %e, "{} did not load; keeping the previous one", self.what)
+            }
+        }
+    }
+}
+
+/// A server configuration that follows its files (see the module docs).
+pub struct ServerTls(Followed<rustls::ServerConfig>);
 
 impl ServerTls {
     /// Loads the files now; any problem is an error naming the file.
     pub fn load(files: TlsFiles) -> anyhow::Result<Arc<Self>> {
-        let stamps = files.stamps();
-        let config = Self::build(&files)?;
-        Ok(Arc::new(ServerTls {
-            files,
-            current: RwLock::new(config),
-            stamps: std::sync::Mutex::new(stamps),
-        }))
+        let config = Followed::load(files, Self::build, "TLS certificate")?;
+        Ok(Arc::new(ServerTls(config)))
     }
 
-    fn build(files: &TlsFiles) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    fn build(files: &TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
         let key = certified_key(files)?;
         let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -152,67 +203,41 @@ impl ServerTls {
             builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
         // The listener speaks HTTP/1.1 only.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        Ok(config)
     }
 
     /// The configuration new connections use.
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        tokio_rustls::TlsAcceptor::from(self.current.read().expect("not poisoned").clone())
+        tokio_rustls::TlsAcceptor::from(self.0.get())
     }
 
-    /// Re-reads the files if they changed (or if `force`); keeps the old configuration when
-    /// the new files do not load.
+    /// Re-reads the files if they changed (or if `force`).
     pub fn reload(&self, force: bool) {
-        let stamps = self.files.stamps();
-        let mut seen = self.stamps.lock().expect("not poisoned");
-        if !force && *seen == stamps {
-            return;
-        }
-        match Self::build(&self.files) {
-            Ok(config) => {
-                // Remembered only once the files loaded: a half-written file is read again
-                // on the next poll, even if the writer finished within the same mtime tick.
-                *seen = stamps;
-                *self.current.write().expect("not poisoned") = config;
-                metrics::counter!("raftlock_tls_reloads_total").increment(1);
-                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
-            }
-            Err(e) => {
-                metrics::counter!("raftlock_tls_reload_failures_total").increment(1);
-                tracing::error!(error = %e, "TLS files did not load; keeping the previous certificate")
-            }
-        }
+        self.0.reload(force);
     }
 }
 
 /// This node's side of mutual TLS when it calls a peer: presents its certificate and trusts
 /// only the peer CA; both follow their files.
-pub struct PeerClientTls {
-    files: TlsFiles,
+pub struct PeerClientTls(
     /// This node's certificate and key, and the verifier of the peer CA.
-    identity: RwLock<Arc<PeerIdentity>>,
-    stamps: std::sync::Mutex<Vec<Option<SystemTime>>>,
-}
+    Followed<PeerIdentity>,
+);
 
 type PeerIdentity = (Arc<CertifiedKey>, Arc<WebPkiServerVerifier>);
 
 impl std::fmt::Debug for PeerClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerClientTls")
-            .field("files", &self.files)
+            .field("files", &self.0.files)
             .finish()
     }
 }
 
 impl PeerClientTls {
     pub fn load(files: TlsFiles) -> anyhow::Result<Arc<Self>> {
-        let stamps = files.stamps();
-        let identity = Self::build(&files)?;
-        Ok(Arc::new(PeerClientTls {
-            files,
-            identity: RwLock::new(Arc::new(identity)),
-            stamps: std::sync::Mutex::new(stamps),
-        }))
+        let identity = Followed::load(files, Self::build, "peer TLS certificate")?;
+        Ok(Arc::new(PeerClientTls(identity)))
     }
 
     fn build(files: &TlsFiles) -> anyhow::Result<PeerIdentity> {
@@ -235,38 +260,19 @@ impl PeerClientTls {
         Ok(config)
     }
 
+    /// Re-reads the files if they changed (or if `force`).
     pub fn reload(&self, force: bool) {
-        let stamps = self.files.stamps();
-        let mut seen = self.stamps.lock().expect("not poisoned");
-        if !force && *seen == stamps {
-            return;
-        }
-        match Self::build(&self.files) {
-            Ok(identity) => {
-                *seen = stamps;
-                // Key and CA change together: no handshake sees one new and one old.
-                *self.identity.write().expect("not poisoned") = Arc::new(identity);
-                metrics::counter!("raftlock_tls_reloads_total").increment(1);
-                tracing::info!(cert = %self.files.cert.display(), "peer TLS certificate reloaded");
-            }
-            Err(e) => {
-                metrics::counter!("raftlock_tls_reload_failures_total").increment(1);
-                tracing::error!(
-                    error = %e,
-                    "peer TLS files did not load; keeping the previous certificate"
-                )
-            }
-        }
+        self.0.reload(force);
     }
 
     fn verifier(&self) -> Arc<WebPkiServerVerifier> {
-        self.identity.read().expect("not poisoned").1.clone()
+        self.0.get().1.clone()
     }
 }
 
 impl ResolvesClientCert for PeerClientTls {
     fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        Some(self.identity.read().expect("not poisoned").0.clone())
+        Some(self.0.get().0.clone())
     }
 
     fn has_certs(&self) -> bool {
