@@ -221,7 +221,6 @@ pub fn restore_into(
         .machine
         .skip_fencing_tokens(skip)
         .map_err(|e| fail(&e))?;
-    state.machine.count_usage();
     let index = header.last_applied.map_or(0, |id| id.index);
     let log_id = LogId::new(CommittedLeaderId::new(0, 0), index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();

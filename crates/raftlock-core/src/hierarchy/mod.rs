@@ -98,20 +98,29 @@ struct ProjectUsage {
     waiter_bytes: ProjectTotals,
 }
 
+/// What one namespace uses of each budget: (stored bytes, queued waiters).
+type NsUsage = (usize, WaiterUsage);
+
+fn usage_of(ns: &Namespace) -> NsUsage {
+    (ns.stored_bytes(), ns.waiter_usage())
+}
+
 impl ProjectUsage {
-    /// Adds (or with [`ProjectUsage::remove`], takes away) what one namespace uses.
+    /// Records that a namespace of `project` went from using `before` to using `after`
+    /// (zero for a namespace created or deleted).
+    fn restate(&mut self, project: &str, before: NsUsage, after: NsUsage) {
+        self.stored.adjust(project, before.0, after.0);
+        self.waiters.adjust(project, before.1.count, after.1.count);
+        self.waiter_bytes
+            .adjust(project, before.1.bytes, after.1.bytes);
+    }
+
     fn add(&mut self, project: &str, ns: &Namespace) {
-        let waiting = ns.waiter_usage();
-        self.stored.add(project, ns.stored_bytes());
-        self.waiters.add(project, waiting.count);
-        self.waiter_bytes.add(project, waiting.bytes);
+        self.restate(project, NsUsage::default(), usage_of(ns));
     }
 
     fn remove(&mut self, project: &str, ns: &Namespace) {
-        let waiting = ns.waiter_usage();
-        self.stored.sub(project, ns.stored_bytes());
-        self.waiters.sub(project, waiting.count);
-        self.waiter_bytes.sub(project, waiting.bytes);
+        self.restate(project, usage_of(ns), NsUsage::default());
     }
 
     fn counted() -> Self {
@@ -220,17 +229,9 @@ impl Hierarchy {
                  .0
                 .insert((project.to_string(), name.to_string()));
         }
-        let (bytes, waiting) = (ns.stored_bytes(), ns.waiter_usage());
+        let before = usage_of(ns);
         let out = change(ns);
-        let usage = &mut self.usage.0;
-        usage.stored.adjust(project, bytes, ns.stored_bytes());
-        let now_waiting = ns.waiter_usage();
-        usage
-            .waiters
-            .adjust(project, waiting.count, now_waiting.count);
-        usage
-            .waiter_bytes
-            .adjust(project, waiting.bytes, now_waiting.bytes);
+        self.usage.0.restate(project, before, usage_of(ns));
         out
     }
 
