@@ -53,6 +53,41 @@ struct Compose {
 }
 
 impl Compose {
+    /// A project named `prefix` + this process id, running `image` with a fresh platform
+    /// token and cluster secret, plus `env` and the compose files in `overrides`.
+    fn new(
+        prefix: &str,
+        image: &Image,
+        env: Vec<(String, String)>,
+        overrides: Vec<&'static str>,
+    ) -> Compose {
+        let mut all = vec![
+            ("RAFTLOCK_IMAGE".to_string(), image.0.clone()),
+            (
+                "RAFTLOCK_PLATFORM_TOKEN".into(),
+                format!("platform-{}", uuid::Uuid::new_v4()),
+            ),
+            (
+                "RAFTLOCK_CLUSTER_SECRET".into(),
+                format!("secret-{}", uuid::Uuid::new_v4()),
+            ),
+        ];
+        all.extend(env);
+        Compose {
+            project: format!("{prefix}{}", std::process::id()),
+            env: all,
+            overrides,
+        }
+    }
+
+    fn platform(&self) -> String {
+        let token = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "RAFTLOCK_PLATFORM_TOKEN");
+        token.map(|(_, v)| v.clone()).unwrap_or_default()
+    }
+
     fn cmd(&self) -> Command {
         let mut c = Command::new("docker-compose");
         for file in
@@ -91,9 +126,51 @@ impl Drop for Compose {
     }
 }
 
-async fn view(http: &reqwest::Client, addr: &str, platform: &str) -> Option<Value> {
+/// The `FROM scratch` image of the binary under test, removed again on drop.
+struct Image(String);
+
+impl Image {
+    fn build(name: &str) -> Result<Image> {
+        let tag = format!("raftlock:{name}-{}", std::process::id());
+        run(
+            Command::new(repo_root().join("deploy/docker/build-image.sh"))
+                .arg(binary())
+                .arg(&tag),
+        )?;
+        Ok(Image(tag))
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = run(Command::new("docker").args(["rmi", "-f", &self.0]));
+    }
+}
+
+/// Project `acme` and a service-role key for it, through the admin API at `base`.
+async fn service_key(http: &reqwest::Client, base: &str, platform: &str) -> Result<String> {
     let r = http
-        .get(format!("http://{addr}/admin/v1/cluster"))
+        .post(format!("{base}/admin/v1/projects"))
+        .bearer_auth(platform)
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201);
+    let key: Value = http
+        .post(format!("{base}/admin/v1/projects/acme/keys"))
+        .bearer_auth(platform)
+        .json(&json!({ "kind": "service_role" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(key["secret"].as_str().context("key secret")?.to_string())
+}
+
+/// The cluster view of the node at `base` (`http(s)://host:port`).
+async fn view(http: &reqwest::Client, base: &str, platform: &str) -> Option<Value> {
+    let r = http
+        .get(format!("{base}/admin/v1/cluster"))
         .bearer_auth(platform)
         .timeout(Duration::from_secs(2))
         .send()
@@ -108,25 +185,9 @@ async fn compose_cluster_survives_leader_isolation() -> Result<()> {
         println!("SKIPPED compose_cluster_survives_leader_isolation: {why}");
         return Ok(());
     }
-    let tag = format!("raftlock:test-{}", std::process::id());
-    run(
-        Command::new(repo_root().join("deploy/docker/build-image.sh"))
-            .arg(binary())
-            .arg(&tag),
-    )?;
-    let platform = format!("platform-{}", uuid::Uuid::new_v4());
-    let compose = Compose {
-        project: format!("rltest{}", std::process::id()),
-        env: vec![
-            ("RAFTLOCK_IMAGE".into(), tag.clone()),
-            ("RAFTLOCK_PLATFORM_TOKEN".into(), platform.clone()),
-            (
-                "RAFTLOCK_CLUSTER_SECRET".into(),
-                format!("secret-{}", uuid::Uuid::new_v4()),
-            ),
-        ],
-        overrides: vec![],
-    };
+    let image = Image::build("test")?;
+    let compose = Compose::new("rltest", &image, vec![], vec![]);
+    let platform = compose.platform();
     run(compose.cmd().args(["up", "-d"]))?;
     let addrs: Vec<String> = (1..=3)
         .map(|n| compose.edge_addr(n))
@@ -138,29 +199,16 @@ async fn compose_cluster_survives_leader_isolation() -> Result<()> {
     let leader = eventually(
         Duration::from_secs(60),
         "a leader in the containers",
-        || async { view(&http, &addrs[0], &platform).await?["leader"].as_u64() },
+        || async {
+            view(&http, &format!("http://{}", addrs[0]), &platform).await?["leader"].as_u64()
+        },
     )
     .await?;
-    let admin = |path: &str| format!("http://{}{path}", addrs[0]);
-    let r = http
-        .post(admin("/admin/v1/projects"))
-        .bearer_auth(&platform)
-        .json(&json!({ "name": "acme" }))
-        .send()
-        .await?;
-    assert_eq!(r.status().as_u16(), 201);
-    let key: Value = http
-        .post(admin("/admin/v1/projects/acme/keys"))
-        .bearer_auth(&platform)
-        .json(&json!({ "kind": "service_role" }))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let base = format!("http://{}", addrs[0]);
     let locks = Locks {
         http: http.clone(),
-        base: format!("http://{}", addrs[0]),
-        key: key["secret"].as_str().unwrap().into(),
+        base: base.clone(),
+        key: service_key(&http, &base, &platform).await?,
     };
 
     // Load: a batch of held locks through every node.
@@ -193,8 +241,13 @@ async fn compose_cluster_survives_leader_isolation() -> Result<()> {
         Duration::from_secs(15),
         "failover to a connected node",
         || async {
-            let l =
-                view(&http, &addrs[survivor as usize - 1], &platform).await?["leader"].as_u64()?;
+            let l = view(
+                &http,
+                &format!("http://{}", addrs[survivor as usize - 1]),
+                &platform,
+            )
+            .await?["leader"]
+                .as_u64()?;
             (l != isolated).then_some(l)
         },
     )
@@ -247,7 +300,6 @@ async fn compose_cluster_survives_leader_isolation() -> Result<()> {
         caught_up.body["fencing_token"].as_u64(),
         Some(extra.fencing())
     );
-    let _ = run(Command::new("docker").args(["rmi", "-f", &tag]));
     Ok(())
 }
 
@@ -261,35 +313,23 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
         println!("SKIPPED compose_cluster_with_tls_serves_https_and_survives_a_leader_kill: {why}");
         return Ok(());
     }
-    let tag = format!("raftlock:test-tls-{}", std::process::id());
-    run(
-        Command::new(repo_root().join("deploy/docker/build-image.sh"))
-            .arg(binary())
-            .arg(&tag),
-    )?;
+    let image = Image::build("test-tls")?;
     let certs = tempfile::tempdir()?;
     run(Command::new(repo_root().join("deploy/tls/make-certs.sh"))
         .arg("compose")
         .env("RAFTLOCK_BIN", binary())
         .env("OUT", certs.path()))?;
     // The keys are the containers' user's (make-certs.sh chowns them when run as root).
-    let platform = format!("platform-{}", uuid::Uuid::new_v4());
-    let compose = Compose {
-        project: format!("rltls{}", std::process::id()),
-        env: vec![
-            ("RAFTLOCK_IMAGE".into(), tag.clone()),
-            ("RAFTLOCK_PLATFORM_TOKEN".into(), platform.clone()),
-            (
-                "RAFTLOCK_CLUSTER_SECRET".into(),
-                format!("secret-{}", uuid::Uuid::new_v4()),
-            ),
-            (
-                "RAFTLOCK_TLS_DIR".into(),
-                certs.path().display().to_string(),
-            ),
-        ],
-        overrides: vec!["deploy/docker-compose.tls.yml"],
-    };
+    let compose = Compose::new(
+        "rltls",
+        &image,
+        vec![(
+            "RAFTLOCK_TLS_DIR".into(),
+            certs.path().display().to_string(),
+        )],
+        vec!["deploy/docker-compose.tls.yml"],
+    );
+    let platform = compose.platform();
     run(compose.cmd().args(["up", "-d"]))?;
     // Reach node N as https://nodeN:7001 (a name its certificate carries) at its edge address.
     let mut http = reqwest::Client::builder()
@@ -303,43 +343,15 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
     }
     let http = http.build()?;
     let url = |n: u64| format!("https://node{n}:7001");
-    let view = |n: u64| {
-        let http = http.clone();
-        let platform = platform.clone();
-        async move {
-            let r = http
-                .get(format!("{}/admin/v1/cluster", url(n)))
-                .bearer_auth(&platform)
-                .send()
-                .await
-                .ok()?;
-            r.json::<Value>().await.ok()
-        }
-    };
     let leader = eventually(Duration::from_secs(60), "a leader over HTTPS", || async {
-        view(1).await?["leader"].as_u64()
+        view(&http, &url(1), &platform).await?["leader"].as_u64()
     })
     .await?;
-    let r = http
-        .post(format!("{}/admin/v1/projects", url(1)))
-        .bearer_auth(&platform)
-        .json(&json!({ "name": "acme" }))
-        .send()
-        .await?;
-    assert_eq!(r.status().as_u16(), 201);
-    let key: Value = http
-        .post(format!("{}/admin/v1/projects/acme/keys", url(1)))
-        .bearer_auth(&platform)
-        .json(&json!({ "kind": "service_role" }))
-        .send()
-        .await?
-        .json()
-        .await?;
     let follower = (1..=3u64).find(|n| *n != leader).unwrap();
     let locks = Locks {
         http: http.clone(),
         base: url(follower),
-        key: key["secret"].as_str().unwrap().into(),
+        key: service_key(&http, &url(1), &platform).await?,
     };
     let t = token();
     let taken = locks.acquire("tls-job", &t, 300).await?;
@@ -361,7 +373,7 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
         Duration::from_secs(20),
         "a new leader over mTLS",
         || async {
-            let l = view(survivor).await?["leader"].as_u64()?;
+            let l = view(&http, &url(survivor), &platform).await?["leader"].as_u64()?;
             (l != leader).then_some(l)
         },
     )
