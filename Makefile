@@ -4,10 +4,11 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md (issue 6)
 #   make bench-core  the criterion benches of raftlock-core
+#   make openapi     regenerate docs/openapi.json from the code (a test fails when it is stale)
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration bench bench-core clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-core clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -25,9 +26,23 @@ lint:
 unit:
 	$(CARGO) test --workspace --exclude raftlock-tests
 
-integration:
+integration: pyenv
 	$(CARGO) build --bin raftlock
-	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock $(CARGO) test -p raftlock-tests -- --test-threads=2
+	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock RAFTLOCK_PY_VENV=$(PY_VENV) \
+		$(CARGO) test -p raftlock-tests -- --test-threads=2
+
+# The Python tools of the OpenAPI tests (schemathesis, a spec validator, a client
+# generator), pinned in tests/python/requirements.txt.
+PY_VENV ?= $(CURDIR)/target/py-venv
+pyenv: $(PY_VENV)/.installed
+$(PY_VENV)/.installed: tests/python/requirements.txt
+	python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+	touch $@
+
+# docs/openapi.json is generated: the document every node serves at GET /openapi.json.
+openapi:
+	$(CARGO) run --quiet --bin raftlock -- openapi > docs/openapi.json
 
 # The Prometheus alert rules (deploy/prometheus/alerts.yml) must load.
 rules:

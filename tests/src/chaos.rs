@@ -30,9 +30,9 @@ use crate::linearizability::{self, LockInput, LockModel, LockOutput, Operation, 
 use crate::proxy::Rule;
 use crate::{eventually, token, Answer, Cluster, Locks, Skew};
 
-/// Keys the §4 workers contend on.
+/// Keys the project-lock workers contend on.
 const PROJECT_KEYS: &[&str] = &["k0", "k1", "k2"];
-/// §5 paths with ancestor/descendant and sibling relations.
+/// hierarchical paths with ancestor/descendant and sibling relations.
 const PATHS: &[&str] = &["a", "a/b", "a/b/c", "a/d", "e", "e/f"];
 const NAMESPACE: &str = "chaos";
 /// The single key whose history is checked for linearizability.
@@ -125,7 +125,7 @@ impl Clock {
     }
 }
 
-/// An acknowledged §4 lease, with its conservative holding interval.
+/// An acknowledged project-lock lease, with its conservative holding interval.
 #[derive(Debug, Clone)]
 pub struct Hold4 {
     pub key: String,
@@ -148,7 +148,7 @@ pub struct Write {
     pub within_hold: bool,
 }
 
-/// An acknowledged §5 hold.
+/// An acknowledged hierarchical hold.
 #[derive(Debug, Clone)]
 pub struct Hold5 {
     pub path: String,
@@ -184,7 +184,7 @@ fn overlap(a: (i64, i64), b: (i64, i64)) -> bool {
     a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
 }
 
-/// No two acknowledged §4 holders of one key with overlapping intervals.
+/// No two acknowledged project-lock holders of one key with overlapping intervals.
 pub fn check_mutual_exclusion(holds: &[Hold4]) -> Vec<String> {
     let mut out = Vec::new();
     let mut by_key: BTreeMap<&str, Vec<&Hold4>> = BTreeMap::new();
@@ -296,7 +296,7 @@ pub fn check_hierarchy(holds: &[Hold5]) -> Vec<String> {
                 && overlap((a.acked, a.end), (h.acked, h.end))
             {
                 out.push(format!(
-                    "§5 exclusion: {} {} ({}, {}..{} us) and {} {} ({}, {}..{} us)",
+                    "hierarchical exclusion: {} {} ({}, {}..{} us) and {} {} ({}, {}..{} us)",
                     if a.exclusive { "X" } else { "S" },
                     a.path,
                     a.lease,
@@ -441,7 +441,7 @@ impl Shared {
     }
 }
 
-/// §4 load: acquire → write with the fencing token → release.
+/// project-lock load: acquire → write with the fencing token → release.
 async fn project_worker(sh: Arc<Shared>, worker: usize, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     while !sh.stopped() {
@@ -500,7 +500,7 @@ async fn project_worker(sh: Arc<Shared>, worker: usize, seed: u64) {
     }
 }
 
-/// §5 load: leases and shared/exclusive locks on related paths.
+/// hierarchical load: leases and shared/exclusive locks on related paths.
 async fn hier_worker(sh: Arc<Shared>, worker: usize, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut lease: Option<(String, i64)> = None;
@@ -686,15 +686,15 @@ const KINDS: &[Kind] = &[
 /// A durability probe: acknowledged, then checked after every later heal.
 #[derive(Debug, Clone)]
 enum Probe {
-    /// §4 key held with this fencing token until `valid_until` (client clock, conservative).
+    /// project-lock key held with this fencing token until `valid_until` (client clock, conservative).
     Held {
         key: String,
         fencing: u64,
         valid_until: i64,
     },
-    /// §4 key acquired and released (204); must read free.
+    /// project-lock key acquired and released (204); must read free.
     Released { key: String },
-    /// §5 exclusive lock held by `lease` until `valid_until`.
+    /// hierarchical exclusive lock held by `lease` until `valid_until`.
     HierHeld {
         path: String,
         lease: String,
@@ -1133,7 +1133,7 @@ impl Driver {
                             }) => {}
                         Some(_) if self.sh.clock.now() >= valid_until => {}
                         Some(a) => self.sh.violation(format!(
-                            "durability: §5 lock {path} acknowledged for {lease}, now {:?}",
+                            "durability: hierarchical lock {path} acknowledged for {lease}, now {:?}",
                             a.body
                         )),
                         None => self.sh.violation(format!(
@@ -1637,7 +1637,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let res = sh.resource.lock().unwrap();
     d.summary.detail = format!(
-        "§4 acquired {} / held {} / released {}; §5 acquired {} / contended {} / released {} / leases {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked §4 {} §5 {}",
+        "project-lock acquired {} / held {} / released {}; hierarchical acquired {} / contended {} / released {} / leases {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked project-lock {} hierarchical {}",
         ld(&c.acquired), ld(&c.contended), ld(&c.released), ld(&c.hier_acquired), ld(&c.hier_contended), ld(&c.hier_released), ld(&c.hier_leases), ld(&c.lin_ops), ld(&c.probes), ld(&c.unknown), ld(&c.other), res.accepted.len(), res.rejected, holds4.len(), holds5.len()
     );
     drop(res);

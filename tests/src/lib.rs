@@ -8,7 +8,7 @@
 //! - `src/lib.rs`: the harness.
 //! - `src/proxy.rs`: a per-link fault proxy for node-to-node traffic
 //!   ([`Cluster::start_behind_proxy`]).
-//! - `src/linearizability.rs`: a WGL linearizability checker and the §4 register model.
+//! - `src/linearizability.rs`: a WGL linearizability checker and the project-lock register model.
 //! - `src/chaos.rs`: the chaos suite's fault plan, load, history and checker.
 //! - `tests/*.rs`: one suite per concern (project locks, failover, auth, validation, rate
 //!   limit, membership, hierarchical locks).
@@ -714,7 +714,7 @@ impl Cluster {
         Ok(body["secret"].as_str().context("secret")?.to_string())
     }
 
-    /// Lifts `project`'s §4 rate limit out of the way of a load test.
+    /// Lifts `project`'s project-lock rate limit out of the way of a load test.
     pub async fn lift_rate_limit(&self, project: &str) -> Result<()> {
         let node = self.ids()[0];
         let r = self
@@ -746,7 +746,7 @@ impl Cluster {
     }
 }
 
-/// A §4 client bound to one node and key, for terse tests.
+/// A project-lock client bound to one node and key, for terse tests.
 #[derive(Clone)]
 pub struct Locks {
     pub http: reqwest::Client,
@@ -754,7 +754,7 @@ pub struct Locks {
     pub key: String,
 }
 
-/// A §4 answer: status and JSON body (`Null` for empty bodies).
+/// A project-lock answer: status and JSON body (`Null` for empty bodies).
 #[derive(Debug)]
 pub struct Answer {
     pub status: u16,
@@ -869,7 +869,7 @@ impl Locks {
         Answer::from(r.send().await?).await
     }
 
-    /// A §5 RPC.
+    /// A hierarchical RPC.
     pub async fn rpc(&self, method: &str, body: Value) -> Result<Answer> {
         let r = self
             .req(reqwest::Method::POST, &format!("/v1beta/{method}"))

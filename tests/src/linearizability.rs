@@ -16,7 +16,7 @@
 //! tried: taking effect without an observable output, they are indistinguishable from not
 //! happening.
 //!
-//! [`LockModel`] is the §4 register of one project-lock key as the chaos suite exercises it:
+//! [`LockModel`] is the project-lock register of one project-lock key as the chaos suite exercises it:
 //! acquire (with a fresh lock token per attempt and a TTL long enough never to lapse within
 //! a checked epoch), release, read and force release.
 
@@ -197,7 +197,7 @@ pub fn check<M: Model>(init: M, ops: &[Operation<M::Input, M::Output>], budget: 
     }
 }
 
-/// An operation on one §4 key. Lock tokens are small integers standing for the UUIDs.
+/// An operation on one project-lock key. Lock tokens are small integers standing for the UUIDs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LockInput {
     Acquire(u32),

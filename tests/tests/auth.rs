@@ -1,4 +1,4 @@
-//! §3: the 401/403 matrix on lock routes and the admin API, and key revocation.
+//! Tenancy: the 401/403 matrix on lock routes and the admin API, and key revocation.
 
 use raftlock_tests::{token, Cluster, Locks};
 use serde_json::json;

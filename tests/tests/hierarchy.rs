@@ -1,4 +1,4 @@
-//! §5 end to end on a 3-node cluster: namespaces, leases, path locks, blocking acquire.
+//! hierarchical end to end on a 3-node cluster: namespaces, leases, path locks, blocking acquire.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! §4 end to end on a 3-node cluster of real processes: every node serves every call,
+//! project-lock end to end on a 3-node cluster of real processes: every node serves every call,
 //! followers forward, reads are linearizable, and each rule answers with the spec's codes.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! §4 rate limit: fixed minute per project, every request counts, 429 with Retry-After.
+//! project-lock rate limit: fixed minute per project, every request counts, 429 with Retry-After.
 
 use raftlock_tests::{token, Cluster, Locks};
 use serde_json::json;
@@ -80,14 +80,14 @@ async fn hierarchical_routes_have_their_own_limit_off_by_default() -> anyhow::Re
             break;
         }
     }
-    let (count, a) = limited.expect("the §5 limit was enforced");
+    let (count, a) = limited.expect("the hierarchical limit was enforced");
     assert!((5..=10).contains(&count), "first 429 after {count} calls");
     assert_eq!(a.code(), "resource_exhausted");
     assert!(a.headers.contains_key("retry-after"));
     assert_eq!(
         api.read("k").await?.status,
         200,
-        "§4 routes count separately"
+        "project-lock routes count separately"
     );
     Ok(())
 }

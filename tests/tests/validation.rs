@@ -154,7 +154,7 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
         );
         assert!(a.code() == "invalid_request", "{what}: code {}", a.code());
     }
-    // Unknown fields are refused too (§7), with the field named.
+    // Unknown fields are refused too, with the field named.
     let unknown = locks
         .raw(
             Method::POST,

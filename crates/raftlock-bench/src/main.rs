@@ -2,7 +2,7 @@
 //!
 //! - `run`: drives one system (raftlock or etcd) through the workloads at each concurrency
 //!   and appends one JSON line per cell to the results file.
-//! - `load`: holds N §4 project locks (memory and recovery measurement).
+//! - `load`: holds N project locks (memory and recovery measurement).
 //! - `report`: turns the results into the table of `docs/benchmarks.md` and an SVG plot.
 
 mod conn;

@@ -1,6 +1,6 @@
 //! The two systems under test, as the handful of calls the workloads make.
 //!
-//! raftlock: §4 project locks (`/locks/...`) and §5 RPCs (`/v1beta/...`) on the leader.
+//! raftlock: project locks (`/locks/...`) and hierarchical RPCs (`/v1beta/...`) on the leader.
 //! etcd: the JSON gRPC gateway (`/v3/...`), keys and values base64, on the leader. A lock is
 //! a key created if absent (`txn` comparing `create_revision == 0`) under a granted lease,
 //! which is how etcd's own `concurrency.Mutex` takes one, minus the waiting.
@@ -151,7 +151,7 @@ pub async fn raftlock_project(leader: &str, platform: &str, name: &str) -> anyho
         .ok_or_else(|| anyhow!("no secret in {v}"))
 }
 
-// ---- raftlock §4 ----
+// ---- raftlock project-lock ----
 
 pub async fn rl_lease(
     c: &mut Conn,
@@ -191,7 +191,7 @@ pub async fn rl_read(c: &mut Conn, key: &str) -> anyhow::Result<StatusCode> {
     Ok(s)
 }
 
-// ---- raftlock §5 ----
+// ---- raftlock hierarchical ----
 
 pub async fn rpc(c: &mut Conn, method: &str, body: Value) -> anyhow::Result<Value> {
     let (s, v) = c

@@ -104,7 +104,7 @@ pub struct Ctx {
     pub round: u32,
     pub warmup: Duration,
     pub measure: Duration,
-    /// §5 namespace holding 100,000 locks (workload 6, raftlock), or "" for etcd.
+    /// hierarchical namespace holding 100,000 locks (workload 6, raftlock), or "" for etcd.
     pub ns6: String,
     /// etcd: a lease holding the 100,000 preloaded keys (workload 6).
     pub run_id: String,
@@ -115,7 +115,7 @@ pub async fn run_cell(ctx: Arc<Ctx>, w: &'static str, clients: usize) -> anyhow:
     let barrier = Arc::new(Barrier::new(clients + 1));
     let (tx, rx) = watch::channel(None::<Window>);
     let mut tasks = Vec::with_capacity(clients);
-    // Hot-key workloads: one key (or §5 namespace) per cell.
+    // Hot-key workloads: one key (or hierarchical namespace) per cell.
     let ns3 = format!("{}-w{w}-c{clients}", ctx.run_id);
     if w == "3h" {
         hier_namespace(&mut ctx.target.conn(), &ns3).await?;
@@ -351,7 +351,7 @@ async fn client_loop(
     }
 }
 
-/// Workload 6 setup: 100,000 locks held in one §5 namespace (raftlock) or 100,000 keys
+/// Workload 6 setup: 100,000 locks held in one hierarchical namespace (raftlock) or 100,000 keys
 /// held under one lease (etcd), loaded by `clients` concurrent callers.
 pub async fn preload(ctx: &Ctx, count: usize, clients: usize) -> anyhow::Result<()> {
     let t = Instant::now();
@@ -400,7 +400,7 @@ pub async fn preload(ctx: &Ctx, count: usize, clients: usize) -> anyhow::Result<
     Ok(())
 }
 
-/// Holds `count` §4 project locks (long TTL) with `clients` concurrent acquirers; returns
+/// Holds `count` project locks (long TTL) with `clients` concurrent acquirers; returns
 /// the rate achieved.
 pub async fn load_project_locks(
     target: &Target,

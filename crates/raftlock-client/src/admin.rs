@@ -5,126 +5,15 @@ use std::collections::BTreeSet;
 
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+
+pub use raftlock_api::admin::{
+    ClusterView, KeyInfo, KeyKind, Member, NewKey, Project, ProjectPatch as ProjectUpdate,
+};
+use raftlock_api::admin::{NewKeyRequest, NewLearnerRequest, NewProjectRequest, VotersRequest};
 
 use crate::error::Result;
 use crate::locks::encode;
 use crate::transport::{Call, Client, Retry};
-
-/// Kind of a project key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeyKind {
-    /// Full access to the project's locks.
-    ServiceRole,
-    /// Access according to its scopes (`locks.manage` for locks).
-    Scoped,
-    /// Public key; refused by lock endpoints.
-    Anon,
-}
-
-/// A key as the admin API lists it (never with its secret).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyInfo {
-    /// Owning project.
-    #[serde(default)]
-    pub project: String,
-    /// Key id (16 hex characters).
-    pub key_id: String,
-    /// Kind.
-    pub kind: KeyKind,
-    /// Scopes of a scoped key.
-    #[serde(default)]
-    pub scopes: Vec<String>,
-    /// Revoked keys stop working cluster-wide.
-    #[serde(default)]
-    pub revoked: bool,
-}
-
-/// A project (tenant).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Project {
-    /// Name.
-    pub name: String,
-    /// Creation time, ns since the epoch.
-    #[serde(default)]
-    pub created_at: i64,
-    /// §4 rate limit per fixed minute.
-    #[serde(default)]
-    pub lock_ops_per_minute: u32,
-    /// §5 rate limit per fixed minute (0 = off).
-    #[serde(default)]
-    pub hier_ops_per_minute: u32,
-    /// Its keys.
-    #[serde(default)]
-    pub keys: Vec<KeyInfo>,
-}
-
-/// A new key: the only time its secret is shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewKey {
-    /// Key id, for revocation.
-    pub key_id: String,
-    /// The bearer secret.
-    pub secret: String,
-    /// Kind.
-    pub kind: KeyKind,
-    /// Scopes.
-    #[serde(default)]
-    pub scopes: Vec<String>,
-}
-
-/// Changes to a project's settings (`None` keeps the current value).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectUpdate {
-    /// §4 requests per minute.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lock_ops_per_minute: Option<u32>,
-    /// §5 requests per minute (0 = off).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hier_ops_per_minute: Option<u32>,
-}
-
-/// One cluster member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// Node id.
-    pub id: u64,
-    /// Address (`host:port`).
-    pub addr: String,
-    /// Voter, or learner.
-    pub voter: bool,
-}
-
-/// One node's view of the cluster (`GET /admin/v1/cluster`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterView {
-    /// The answering node.
-    pub node_id: u64,
-    /// The leader it knows, if any.
-    pub leader: Option<u64>,
-    /// Raft term.
-    pub term: u64,
-    /// Commit index.
-    pub commit_index: u64,
-    /// Applied index.
-    pub applied_index: u64,
-    /// Last log index.
-    #[serde(default)]
-    pub last_log_index: u64,
-    /// Raft role (`Leader`, `Follower`, `Candidate`, `Learner`).
-    #[serde(default)]
-    pub state: String,
-    /// The node's wall clock minus its estimate of cluster time, in ms (absent before the
-    /// node has seen cluster time, and from servers that predate it).
-    #[serde(default)]
-    pub clock_offset_ms: Option<i64>,
-    /// The cluster's id (absent before the node has one).
-    #[serde(default)]
-    pub cluster_id: Option<String>,
-    /// Members.
-    pub members: Vec<Member>,
-}
 
 /// One member as seen by `cluster status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,7 +45,9 @@ impl Client {
     /// `POST /admin/v1/projects`.
     pub async fn create_project(&self, name: &str) -> Result<Project> {
         let call = Call::new(Method::POST, "/admin/v1/projects")
-            .json(json!({ "name": name }))
+            .message(&NewProjectRequest {
+                name: name.to_string(),
+            })
             .retry(Retry::Once);
         self.send(call).await?.decode()
     }
@@ -201,7 +92,10 @@ impl Client {
             Method::POST,
             format!("/admin/v1/projects/{}/keys", encode(project)),
         )
-        .json(json!({ "kind": kind, "scopes": scopes }))
+        .message(&NewKeyRequest {
+            kind,
+            scopes: scopes.to_vec(),
+        })
         .retry(Retry::Once);
         self.send(call).await?.decode()
     }
@@ -291,7 +185,10 @@ impl Client {
     /// `POST /admin/v1/cluster/learners`: adds a learner and waits for it to catch up.
     pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<ClusterView> {
         let call = Call::new(Method::POST, "/admin/v1/cluster/learners")
-            .json(json!({ "node_id": node_id, "addr": addr }))
+            .message(&NewLearnerRequest {
+                node_id,
+                addr: addr.to_string(),
+            })
             .retry(Retry::Once);
         self.send(call).await?.decode()
     }
@@ -299,7 +196,9 @@ impl Client {
     /// `PUT /admin/v1/cluster/voters`: replaces the voter set.
     pub async fn change_voters(&self, voters: &BTreeSet<u64>) -> Result<ClusterView> {
         let call = Call::new(Method::PUT, "/admin/v1/cluster/voters")
-            .json(json!({ "voters": voters }))
+            .message(&VotersRequest {
+                voters: voters.clone(),
+            })
             .retry(Retry::Once);
         self.send(call).await?.decode()
     }

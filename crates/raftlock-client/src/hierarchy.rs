@@ -1,10 +1,9 @@
-//! §5 hierarchical locks: typed calls for every `POST /v1beta/{Method}`.
+//! hierarchical locks: typed calls for every `POST /v1beta/{Method}`.
 //!
 //! Timestamps are int64 nanoseconds since the Unix epoch, durations whole seconds, as on the
 //! wire. A non-acquired `AcquireLock` is a normal answer ([`AcquireOutcome::Unavailable`],
 //! [`AcquireOutcome::TimedOut`]), not an error.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::Method;
@@ -15,170 +14,19 @@ use serde_json::{json, Value};
 use crate::error::Result;
 use crate::transport::{Call, Client, Retry};
 
-/// Nanoseconds since the Unix epoch.
-pub type Nanos = i64;
-/// Free-form string metadata.
-pub type Metadata = BTreeMap<String, String>;
+pub use raftlock_api::hierarchy::{
+    AcquireLockRequest, AcquireLockResponse, AcquireOutcome, ContentionReason, Lock, LockHolder,
+    LockLease, LockState, Namespace, UpdateNamespaceRequest,
+};
+use raftlock_api::hierarchy::{
+    CreateLockLeaseRequest, CreateNamespaceRequest, LeaseRequest, ListLockLeasesRequest,
+    ListLocksRequest, ListNamespacesRequest, LockRequest, NamespaceRequest,
+    RefreshLockLeaseRequest, ReleaseLockRequest,
+};
+pub use raftlock_api::{Metadata, Nanos};
 
-/// A namespace: the container of leases and locks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Namespace {
-    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
-    pub name: String,
-    /// Up to 1024 bytes.
-    #[serde(default)]
-    pub description: String,
-    /// Up to 32 entries.
-    #[serde(default)]
-    pub metadata: Metadata,
-    /// Bumped by every update; pass it as `expected_version` for a conditional update.
-    #[serde(default)]
-    pub version: u64,
-    /// Creation time.
-    #[serde(default)]
-    pub created_at: Nanos,
-    /// Last update time.
-    #[serde(default)]
-    pub updated_at: Nanos,
-}
-
-/// A server-side lease that holds hierarchical locks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockLease {
-    /// `ls_` + 28 base62 characters.
-    pub lease_id: String,
-    /// The owner's self-chosen process id.
-    pub process_id: String,
-    /// Creation time.
-    pub created_at: Nanos,
-    /// Expiry; refreshes move it to now + TTL.
-    pub expires_at: Nanos,
-}
-
-/// State of a hierarchical lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LockState {
-    /// No holder.
-    #[serde(rename = "LOCK_STATE_UNLOCKED")]
-    Unlocked,
-    /// One or more shared holders.
-    #[serde(rename = "LOCK_STATE_SHARED_LOCKED")]
-    SharedLocked,
-    /// One exclusive holder.
-    #[serde(rename = "LOCK_STATE_EXCLUSIVE_LOCKED")]
-    ExclusiveLocked,
-}
-
-/// One holder of a lock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockHolder {
-    /// The holding lease.
-    pub lease_id: String,
-    /// When this holder acquired (or last re-acquired).
-    pub locked_at: Nanos,
-    /// The metadata given at acquire.
-    #[serde(default)]
-    pub metadata: Metadata,
-}
-
-/// A hierarchical lock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lock {
-    /// Path, `/`-separated.
-    pub name: String,
-    /// Current state.
-    pub state: LockState,
-    /// When it was first locked by its current holders (0 when unlocked).
-    pub locked_at: Nanos,
-    /// Last acquire or release.
-    pub last_activity_at: Nanos,
-    /// Current holders.
-    #[serde(default)]
-    pub lock_holders: Vec<LockHolder>,
-}
-
-/// How an acquire ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AcquireOutcome {
-    /// The lease holds the lock.
-    #[serde(rename = "ACQUIRE_OUTCOME_ACQUIRED")]
-    Acquired,
-    /// `timeout_seconds` was 0 and the lock is incompatible.
-    #[serde(rename = "ACQUIRE_OUTCOME_UNAVAILABLE")]
-    Unavailable,
-    /// The call waited `timeout_seconds` without acquiring.
-    #[serde(rename = "ACQUIRE_OUTCOME_TIMED_OUT")]
-    TimedOut,
-}
-
-/// What blocked an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ContentionReason {
-    /// Not blocked.
-    #[serde(rename = "CONTENTION_REASON_UNSPECIFIED")]
-    Unspecified,
-    /// A holder of the same path.
-    #[serde(rename = "CONTENTION_REASON_PEER")]
-    Peer,
-    /// A holder of an ancestor path.
-    #[serde(rename = "CONTENTION_REASON_ANCESTOR")]
-    Ancestor,
-    /// A holder of a descendant path.
-    #[serde(rename = "CONTENTION_REASON_DESCENDANT")]
-    Descendant,
-}
-
-/// Answer of `AcquireLock`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AcquireLockResponse {
-    /// The lock as it is now.
-    pub lock: Lock,
-    /// Acquired, unavailable or timed out.
-    pub outcome: AcquireOutcome,
-    /// What blocked it (`Unspecified` on success).
-    pub reason: ContentionReason,
-    /// Blocking ancestor or descendant locks (empty for `Peer`), at most 50.
-    #[serde(default)]
-    pub blocking_locks: Vec<Lock>,
-}
-
-impl AcquireLockResponse {
-    /// True when the lease now holds the lock.
-    pub fn acquired(&self) -> bool {
-        self.outcome == AcquireOutcome::Acquired
-    }
-}
-
-/// The arguments of `AcquireLock`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AcquireLockRequest {
-    /// Namespace.
-    pub namespace_name: String,
-    /// Lock path.
-    pub lock_name: String,
-    /// Exclusive (true) or shared (false).
-    pub exclusive: bool,
-    /// The holding lease.
-    pub lease_id: String,
-    /// Seconds to wait on the server (0–300; 0 = answer at once).
-    pub timeout_seconds: u64,
-    /// Holder metadata.
-    #[serde(default)]
-    pub metadata: Metadata,
-}
-
-/// The arguments of `UpdateNamespace` (a full replacement of description and metadata).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UpdateNamespaceRequest {
-    /// Namespace to update.
-    pub namespace_name: String,
-    /// New description.
-    pub description: String,
-    /// New metadata.
-    pub metadata: Metadata,
-    /// Only update if the current version is this one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expected_version: Option<u64>,
+fn to_body<T: Serialize>(message: &T) -> Value {
+    serde_json::to_value(message).expect("API messages serialize")
 }
 
 /// Paging of a list call.
@@ -258,28 +106,36 @@ impl Client {
         description: &str,
         metadata: Metadata,
     ) -> Result<Namespace> {
-        let body = json!({ "name": name, "description": description, "metadata": metadata });
+        let body = to_body(&CreateNamespaceRequest {
+            name: name.to_string(),
+            description: description.to_string(),
+            metadata,
+        });
         self.rpc_field("CreateNamespace", body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `GetNamespace`.
     pub async fn get_namespace(&self, name: &str) -> Result<Namespace> {
-        let body = json!({ "name": name });
+        let body = to_body(&NamespaceRequest {
+            namespace_name: name.to_string(),
+        });
         self.rpc_field("GetNamespace", body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `UpdateNamespace` (mismatching `expected_version` → `invalid_argument`).
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
-        let body = serde_json::to_value(req).expect("serializable");
+        let body = to_body(req);
         self.rpc_field("UpdateNamespace", body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `DeleteNamespace`: removes it and everything inside (absent → `Ok`).
     pub async fn delete_namespace(&self, name: &str) -> Result<()> {
-        let body = json!({ "name": name });
+        let body = to_body(&NamespaceRequest {
+            namespace_name: name.to_string(),
+        });
         self.rpc("DeleteNamespace", body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
@@ -287,7 +143,10 @@ impl Client {
 
     /// `ListNamespaces`.
     pub async fn list_namespaces(&self, page: &PageRequest) -> Result<Page<Namespace>> {
-        let body = serde_json::to_value(page).expect("serializable");
+        let body = to_body(&ListNamespacesRequest {
+            limit: page.limit,
+            pagination_token: page.pagination_token.clone(),
+        });
         self.rpc_page("ListNamespaces", body, "namespaces").await
     }
 
@@ -298,7 +157,11 @@ impl Client {
         process_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = json!({ "namespace_name": namespace, "process_id": process_id, "ttl_seconds": ttl.as_secs() });
+        let body = to_body(&CreateLockLeaseRequest {
+            namespace_name: namespace.to_string(),
+            process_id: process_id.to_string(),
+            ttl_seconds: ttl.as_secs(),
+        });
         self.rpc_field("CreateLockLease", body, Retry::Idempotent, "lease")
             .await
     }
@@ -311,14 +174,21 @@ impl Client {
         lease_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = json!({ "namespace_name": namespace, "lease_id": lease_id, "ttl_seconds": ttl.as_secs() });
+        let body = to_body(&RefreshLockLeaseRequest {
+            namespace_name: namespace.to_string(),
+            lease_id: lease_id.to_string(),
+            ttl_seconds: ttl.as_secs(),
+        });
         self.rpc_field("RefreshLockLease", body, Retry::Idempotent, "lease")
             .await
     }
 
     /// `RevokeLockLease`: releases everything the lease holds and deletes it.
     pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
-        let body = json!({ "namespace_name": namespace, "lease_id": lease_id });
+        let body = to_body(&LeaseRequest {
+            namespace_name: namespace.to_string(),
+            lease_id: lease_id.to_string(),
+        });
         self.rpc("RevokeLockLease", body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
@@ -326,7 +196,10 @@ impl Client {
 
     /// `GetLockLease` (`not_found` when absent or expired).
     pub async fn get_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
-        let body = json!({ "namespace_name": namespace, "lease_id": lease_id });
+        let body = to_body(&LeaseRequest {
+            namespace_name: namespace.to_string(),
+            lease_id: lease_id.to_string(),
+        });
         self.rpc_field("GetLockLease", body, Retry::Idempotent, "lease")
             .await
     }
@@ -338,11 +211,11 @@ impl Client {
         process_id: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<LockLease>> {
-        let body = json!({
-            "namespace_name": namespace,
-            "process_id": process_id.unwrap_or(""),
-            "limit": page.limit,
-            "pagination_token": page.pagination_token,
+        let body = to_body(&ListLockLeasesRequest {
+            namespace_name: namespace.to_string(),
+            process_id: process_id.unwrap_or("").to_string(),
+            limit: page.limit,
+            pagination_token: page.pagination_token.clone(),
         });
         self.rpc_page("ListLockLeases", body, "leases").await
     }
@@ -364,22 +237,31 @@ impl Client {
         lock_name: &str,
         lease_id: &str,
     ) -> Result<Lock> {
-        let body =
-            json!({ "namespace_name": namespace, "lock_name": lock_name, "lease_id": lease_id });
+        let body = to_body(&ReleaseLockRequest {
+            namespace_name: namespace.to_string(),
+            lock_name: lock_name.to_string(),
+            lease_id: lease_id.to_string(),
+        });
         self.rpc_field("ReleaseLock", body, Retry::Idempotent, "lock")
             .await
     }
 
     /// `GetLock` (a never-acquired name is `Unlocked` with zero times).
     pub async fn get_lock(&self, namespace: &str, lock_name: &str) -> Result<Lock> {
-        let body = json!({ "namespace_name": namespace, "lock_name": lock_name });
+        let body = to_body(&LockRequest {
+            namespace_name: namespace.to_string(),
+            lock_name: lock_name.to_string(),
+        });
         self.rpc_field("GetLock", body, Retry::Idempotent, "lock")
             .await
     }
 
     /// `DeleteLock`: drops all holders (absent → `Ok`).
     pub async fn delete_lock(&self, namespace: &str, lock_name: &str) -> Result<()> {
-        let body = json!({ "namespace_name": namespace, "lock_name": lock_name });
+        let body = to_body(&LockRequest {
+            namespace_name: namespace.to_string(),
+            lock_name: lock_name.to_string(),
+        });
         self.rpc("DeleteLock", body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
@@ -387,10 +269,10 @@ impl Client {
 
     /// `ListLocks` (held locks only).
     pub async fn list_locks(&self, namespace: &str, page: &PageRequest) -> Result<Page<Lock>> {
-        let body = json!({
-            "namespace_name": namespace,
-            "limit": page.limit,
-            "pagination_token": page.pagination_token,
+        let body = to_body(&ListLocksRequest {
+            namespace_name: namespace.to_string(),
+            limit: page.limit,
+            pagination_token: page.pagination_token.clone(),
         });
         self.rpc_page("ListLocks", body, "locks").await
     }

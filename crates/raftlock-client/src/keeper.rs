@@ -1,4 +1,4 @@
-//! Holding §5 locks: [`LeaseKeeper`] creates a server-side lease and refreshes it in the
+//! Holding hierarchical locks: [`LeaseKeeper`] creates a server-side lease and refreshes it in the
 //! background; [`HierLockGuard`] is one hierarchical lock held under that lease.
 //!
 //! The keeper refreshes about every third of the TTL (with jitter). Its cancellation token —
@@ -38,7 +38,7 @@ struct KeeperState {
     lost: Option<LeaseLoss>,
 }
 
-/// A §5 lease kept alive in the background.
+/// A hierarchical lease kept alive in the background.
 #[derive(Debug)]
 pub struct LeaseKeeper {
     client: Client,

@@ -1,7 +1,7 @@
 //! # raftlock-client
 //!
-//! The Rust SDK for raftlock: typed calls for the project-locks API (`SPEC.md` §4), the
-//! hierarchical-locks RPCs (§5) and the admin API (§6), endpoint failover, and helpers that
+//! The Rust SDK for raftlock: typed calls for the project-locks API, the
+//! hierarchical-locks RPCs and the admin API, endpoint failover, and helpers that
 //! hold locks for you — renewing in the background and cancelling your work the moment the
 //! lock can no longer be trusted.
 //!
@@ -31,17 +31,18 @@
 //!   lock token and request id).
 //! - [`error`]: [`Error`] and [`ApiError`] — HTTP status, stable `code`, message,
 //!   `Retry-After`, request id.
-//! - [`locks`]: §4 calls (`acquire`, `renew`, `release`, `get`, `force_release`); contention
+//! - [`locks`]: project-lock calls (`acquire`, `renew`, `release`, `get`, `force_release`); contention
 //!   comes back as [`Acquire`] / [`Renew`] / [`Release`] variants, not errors.
 //! - [`guard`]: [`Client::hold`] and [`Client::with_lock`] — background renewal at ~TTL/3
 //!   with jitter, a [`LockGuard`] with the fencing token and a `CancellationToken`, release on
 //!   return, panic or drop.
-//! - [`hierarchy`]: §5 calls (namespaces, leases, locks) and their message types.
-//! - [`keeper`]: [`LeaseKeeper`] (a §5 lease refreshed in the background) and
+//! - [`hierarchy`]: hierarchical-lock calls (namespaces, leases, locks); their message types
+//!   are `raftlock-api`'s, re-exported.
+//! - [`keeper`]: [`LeaseKeeper`] (a hierarchical lease refreshed in the background) and
 //!   [`HierLockGuard`] (one hierarchical lock under it).
 //! - [`election`]: [`Election`] — campaign, resign, observe the current leader's term.
 //! - [`admin`]: projects, keys, membership, the cluster view and per-node health.
-//! - `rfc3339`: serde helpers for §4 `expires_at`.
+//! - `rfc3339`: serde helpers for project-lock `expires_at`.
 
 #![warn(missing_docs)]
 

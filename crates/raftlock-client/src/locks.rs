@@ -1,4 +1,4 @@
-//! §4 project locks: typed calls for the five routes.
+//! project locks: typed calls for the five routes.
 //!
 //! Contention is a normal result: [`Acquire::Held`], [`Acquire::OwnershipLost`],
 //! [`Renew::OwnershipLost`], [`Release::OwnershipLost`]. Every other non-2xx answer is an
@@ -7,9 +7,9 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use raftlock_api::locks::TtlRequest;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::transport::{Call, Client, LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
@@ -153,7 +153,9 @@ impl Client {
         let call = Call::new(Method::POST, lease_path(key))
             .header(LOCK_TOKEN_HEADER, token.to_string())
             .header(REQUEST_ID_HEADER, uuid::Uuid::new_v4().to_string())
-            .json(json!({ "ttl_seconds": ttl.as_secs() }));
+            .message(&TtlRequest {
+                ttl_seconds: ttl.as_secs(),
+            });
         match self.send(call).await {
             Ok(reply) => Ok(Acquire::Acquired(reply.decode()?)),
             Err(e) => match contention(&e) {
@@ -168,7 +170,9 @@ impl Client {
     pub async fn renew(&self, key: &str, token: LockToken, ttl: Duration) -> Result<Renew> {
         let call = Call::new(Method::PATCH, lease_path(key))
             .header(LOCK_TOKEN_HEADER, token.to_string())
-            .json(json!({ "ttl_seconds": ttl.as_secs() }));
+            .message(&TtlRequest {
+                ttl_seconds: ttl.as_secs(),
+            });
         match self.send(call).await {
             Ok(reply) => Ok(Renew::Renewed(reply.decode()?)),
             Err(e) if contention(&e) == Some("lock_ownership_lost") => Ok(Renew::OwnershipLost),

@@ -1,4 +1,4 @@
-//! Serde helpers: `SystemTime` as RFC 3339 UTC text, the format of §4 `expires_at`.
+//! Serde helpers: `SystemTime` as RFC 3339 UTC text, the format of project-lock `expires_at`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -6,9 +6,9 @@
 //!   server, so the next endpoint is tried freely.
 //! * A `503`, or a transport failure after the request was sent, is *uncertain*: the server
 //!   may have applied it. Idempotent calls go on to the next endpoint until the failover
-//!   budget is spent: reads; writes whose repeat is harmless (§4 acquire with the same token,
-//!   renew; §5 refresh); and every write the server applies once per request id (§4
-//!   release, §5 creates, updates, deletes, revokes, releases — a repeat within the server's
+//!   budget is spent: reads; writes whose repeat is harmless (project-lock acquire with the same token,
+//!   renew; hierarchical refresh); and every write the server applies once per request id (project-lock
+//!   release, hierarchical creates, updates, deletes, revokes, releases — a repeat within the server's
 //!   window gets the first outcome). Calls marked [`Retry::Once`] are retried once.
 //! * Every attempt of one logical call carries the same `X-Volcano-Request-Id`.
 
@@ -24,10 +24,7 @@ use tokio::time::Instant;
 
 use crate::error::{ApiError, Error, Result};
 
-/// Header correlating one logical operation and its retries.
-pub const REQUEST_ID_HEADER: &str = "x-volcano-request-id";
-/// Header carrying a project-lock ownership token.
-pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
+pub use raftlock_api::headers::{LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
 
 /// A handle on a raftlock cluster: several endpoints and one credential.
 ///
@@ -60,7 +57,7 @@ impl std::fmt::Debug for Client {
 pub struct ClientBuilder {
     /// Node addresses: `host:port` or `http(s)://host:port`.
     endpoints: Vec<String>,
-    /// Bearer credential: a project key for §4/§5, the platform token for admin calls.
+    /// Bearer credential: a project key for lock-API, the platform token for admin calls.
     token: String,
     /// Timeout of one HTTP attempt (blocking acquires add their own wait to it).
     request_timeout: Duration,
@@ -211,6 +208,10 @@ impl Call {
     pub fn json(mut self, body: Value) -> Call {
         self.body = Some(body);
         self
+    }
+    /// A typed request message of `raftlock-api` as the JSON body.
+    pub fn message<T: serde::Serialize>(self, message: &T) -> Call {
+        self.json(serde_json::to_value(message).expect("API messages serialize"))
     }
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Call {
         self.headers.push((name, value.into()));

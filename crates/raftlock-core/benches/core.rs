@@ -1,9 +1,9 @@
 //! Cost of the hot paths of the state machine as the state grows.
 //!
-//! * `hier_acquire_release/{10,1000000}`: one §5 exclusive acquire + release (two applies)
+//! * `hier_acquire_release/{10,1000000}`: one hierarchical exclusive acquire + release (two applies)
 //!   with 10 or 1,000,000 locks already held in the namespace (1,000 leases × paths
 //!   `d{i%1000}/l{i}`, half shared, half exclusive). The target is ≤ 2× between the two.
-//! * `project_acquire_release/{10,1000000}`: the same for a §4 project lock with 10 or
+//! * `project_acquire_release/{10,1000000}`: the same for a project lock with 10 or
 //!   1,000,000 held keys in the project.
 //! * `tick_reap_100_of_1m_leases`: one `Tick` that reaps 100 expiring leases (each holding one
 //!   lock) while ~1,000,000 other leases stay live. The state is built once; the 100 expiring

@@ -1,7 +1,7 @@
 //! What stored state costs a project, and how much it may keep.
 //!
-//! Quotas of §5 count things (locks, leases, namespaces); they do not bound memory, since one
-//! hold can carry ~12 KB of metadata and §4 keys have no count quota at all. So each project
+//! Quotas of hierarchical count things (locks, leases, namespaces); they do not bound memory, since one
+//! hold can carry ~12 KB of metadata and project-lock keys have no count quota at all. So each project
 //! also has a **byte budget** for what it stores: every record is charged an approximate,
 //! deterministic size — its names, ids and metadata plus a fixed allowance for the map
 //! entries and indexes around it. The charge is a pure function of the record, so every
@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 
-/// Bytes of §4 locks one project may keep: ~1.5M keys of 10 characters, ~900,000 of 128.
+/// Bytes of project-lock locks one project may keep: ~1.5M keys of 10 characters, ~900,000 of 128.
 pub const MAX_LOCK_BYTES_PER_PROJECT: usize = 512 << 20;
-/// Bytes of §5 namespaces, leases and holds one project may keep: ~490,000 holds with short
+/// Bytes of hierarchical namespaces, leases and holds one project may keep: ~490,000 holds with short
 /// names and no metadata. Queued blocking acquires have their own budget
 /// (`hierarchy::MAX_WAITER_BYTES_PER_PROJECT`).
 pub const MAX_HIERARCHY_BYTES_PER_PROJECT: usize = 512 << 20;
@@ -33,26 +33,26 @@ pub fn metadata_bytes(metadata: &BTreeMap<String, String>) -> usize {
         .sum()
 }
 
-/// One §4 key: its lease record and its entry in the eligibility index, each naming the key.
+/// One project-lock key: its lease record and its entry in the eligibility index, each naming the key.
 /// Calibrated: 1M keys of 10 characters grow a release build by 372 B each (charged 360).
 pub fn lock_key_bytes(key: &str) -> usize {
     340 + 2 * key.len()
 }
 
-/// One §5 namespace without its contents (the allowance covers its name, at most 63 bytes).
+/// One hierarchical namespace without its contents (the allowance covers its name, at most 63 bytes).
 /// Calibrated: 100,000 empty namespaces grow a release build by 804 B each (charged 760).
 pub fn namespace_bytes(description: &str, metadata: &BTreeMap<String, String>) -> usize {
     760 + description.len() + metadata_bytes(metadata)
 }
 
-/// One §5 lease: its record and its entry in the expiry index.
+/// One hierarchical lease: its record and its entry in the expiry index.
 /// Calibrated: 200,000 leases with 36-character ids grow a release build by 853 B each
 /// (charged 820).
 pub fn lease_bytes(lease_id: &str, process_id: &str) -> usize {
     740 + 2 * lease_id.len() + process_id.len()
 }
 
-/// One §5 hold: the holder record (with its metadata), the lock record's share, the lease's
+/// One hierarchical hold: the holder record (with its metadata), the lock record's share, the lease's
 /// mirror entry, and one descendant-index entry per ancestor path in the namespace and in
 /// the lease. A lock's holder map is a tree whose first node is allocated whole, hence the
 /// large base. Calibrated: 1M holds named `dNNN/lNNNNNN` grow a release build by 1,127 B

@@ -29,18 +29,18 @@ pub type Outcome = Result<Reply, CoreError>;
 /// Everything the state machine can be asked to change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
-    /// Only advances time: reaps expired §5 leases and forgets lapsed §4 leases.
+    /// Only advances time: reaps expired hierarchical leases and forgets lapsed project-lock leases.
     Tick,
-    /// §3: a new tenant.
+    /// Tenancy: a new tenant.
     CreateProject { name: String },
-    /// §3/§4/§5: per-project rate limits. `None` leaves a setting unchanged; for the
+    /// Tenancy: per-project rate limits. `None` leaves a setting unchanged; for the
     /// hierarchical limit `Some(0)` switches it off.
     UpdateProject {
         name: String,
         lock_ops_per_minute: Option<u32>,
         hier_ops_per_minute: Option<u32>,
     },
-    /// §3: registers a key. Only the SHA-256 of the secret enters the state.
+    /// Tenancy: registers a key. Only the SHA-256 of the secret enters the state.
     CreateKey {
         project: String,
         key_id: String,
@@ -48,17 +48,17 @@ pub enum Op {
         scopes: Vec<String>,
         secret_hash: [u8; 32],
     },
-    /// §3: revokes a key; it stops working as soon as this is committed.
+    /// Tenancy: revokes a key; it stops working as soon as this is committed.
     RevokeKey { project: String, key_id: String },
-    /// §4: one call on a named project lock.
+    /// project-lock: one call on a named project lock.
     ProjectLock {
         project: String,
         key: String,
         action: LockAction,
     },
-    /// §5: one call on the hierarchical API of a project.
+    /// hierarchical: one call on the hierarchical API of a project.
     Hier { project: String, op: HierOp },
-    /// A §4 or §5 call that carries a client request id: applied once; a repeat within the
+    /// A project-lock or hierarchical call that carries a client request id: applied once; a repeat within the
     /// window ([`crate::request_ids`]) is answered with the first outcome.
     Once { request_id: u128, op: Box<Op> },
 }
@@ -89,7 +89,7 @@ impl Op {
     }
 }
 
-/// §4 calls that change state (a read is a query, not a command).
+/// project-lock calls that change state (a read is a query, not a command).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockAction {
     Acquire { token: u128, ttl_seconds: u64 },
@@ -98,7 +98,7 @@ pub enum LockAction {
     ForceRelease,
 }
 
-/// §5 calls that change state.
+/// hierarchical calls that change state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HierOp {
     CreateNamespace {
@@ -248,7 +248,7 @@ pub enum Reply {
     Done,
     Project(ProjectView),
     Key(KeyView),
-    /// §4 acquire/renew: the lease's expiry and fencing token.
+    /// project-lock acquire/renew: the lease's expiry and fencing token.
     Lease {
         expires_at: Nanos,
         fencing_token: u64,

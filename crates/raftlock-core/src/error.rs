@@ -1,5 +1,5 @@
 //! Typed errors of the state machine. The server maps each variant to the status and stable
-//! code of the API that was called (§4 or §5); nothing here knows about HTTP.
+//! code of the API that was called (project-lock or hierarchical); nothing here knows about HTTP.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,10 +9,10 @@ pub enum CoreError {
     /// Input breaks a validation rule; `field` names the offending field.
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
-    /// §4: another token's lease is live, or lapsed but not yet takeover-eligible.
+    /// project-lock: another token's lease is live, or lapsed but not yet takeover-eligible.
     #[error("lock is held by another owner")]
     LockHeld,
-    /// §4: the caller's lease lapsed, passed its deadline, or the token is not the owner's.
+    /// project-lock: the caller's lease lapsed, passed its deadline, or the token is not the owner's.
     #[error("lock ownership lost")]
     OwnershipLost,
     /// Something named does not exist (project, namespace, lease, key).

@@ -1,7 +1,8 @@
 //! # raftlock-core
 //!
-//! The deterministic lock state machine of raftlock. Every rule of the product contract
-//! (`SPEC.md` §3–§5) lives here, once: commands come in, results go out. There is no clock,
+//! The deterministic lock state machine of raftlock. Every rule the replicated state decides
+//! (tenancy records, project locks, hierarchical locks, quotas and budgets; see
+//! `docs/semantics.md`) lives here, once: commands come in, results go out. There is no clock,
 //! no I/O, no randomness and no async in this crate — time arrives inside each [`Command`]
 //! (stamped by the Raft leader) and identifiers such as lease ids are chosen by the proposer.
 //! Feeding the same sequence of commands to two machines therefore yields identical state
@@ -10,10 +11,10 @@
 //! ## Layout
 //! - [`command`]: the replicated commands ([`Command`], [`Op`]) and their answers ([`Reply`]).
 //! - [`error`]: the typed errors every rule can produce ([`CoreError`]).
-//! - [`validate`]: the input limits of §4 and §5 (names, TTLs, metadata, pagination).
-//! - [`tenancy`]: projects and API keys (§3) — only hashes of secrets are stored.
-//! - [`project_locks`]: the named leases with fencing tokens of §4.
-//! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of §5.
+//! - [`validate`]: the input limits of project-lock and hierarchical (names, TTLs, metadata, pagination).
+//! - [`tenancy`]: projects and API keys (tenancy) — only hashes of secrets are stored.
+//! - [`project_locks`]: the named leases with fencing tokens of project-lock.
+//! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of hierarchical.
 //! - [`budget`]: what stored records cost a project in bytes, and the per-project byte
 //!   budgets that bound memory where count quotas cannot.
 //! - [`paging`]: opaque pagination cursors shared by every list call.

@@ -24,13 +24,13 @@ pub struct Limits {
 pub struct StateMachine {
     /// The state machine's clock: the largest command stamp applied so far.
     time: Nanos,
-    /// §3 tenants by name.
+    /// Tenants by name.
     projects: BTreeMap<String, ProjectSettings>,
     /// key id → project name, so authentication finds a key without scanning projects.
     key_index: BTreeMap<String, String>,
-    /// §4 leases.
+    /// project-lock leases.
     project_locks: ProjectLocks,
-    /// §5 namespaces, leases and locks.
+    /// hierarchical namespaces, leases and locks.
     hierarchy: Hierarchy,
     /// First outcomes of client request ids, so a retried call is not applied twice.
     request_ids: RequestIds,
@@ -98,14 +98,14 @@ impl StateMachine {
         }
     }
 
-    /// Lowers the per-project byte budgets of §4 locks and of §5 state (tests).
+    /// Lowers the per-project byte budgets of project-lock locks and of hierarchical state (tests).
     pub fn with_byte_quotas(mut self, locks: usize, hierarchy: usize) -> Self {
         self.project_locks = ProjectLocks::with_byte_quota(locks);
         self.hierarchy = std::mem::take(&mut self.hierarchy).with_byte_quota(hierarchy);
         self
     }
 
-    /// Ids of §5 queued acquires that left their queue since the last call (see
+    /// Ids of hierarchical queued acquires that left their queue since the last call (see
     /// [`Hierarchy::take_resolved_waiters`]); a notification side channel, not state.
     pub fn take_resolved_waiters(&mut self) -> Vec<String> {
         self.hierarchy.take_resolved_waiters()
@@ -158,7 +158,7 @@ impl StateMachine {
         self.hierarchy.check_invariants()
     }
 
-    /// Bytes `project` is charged against its byte budgets: (§4 locks, §5 state).
+    /// Bytes `project` is charged against its byte budgets: (project-lock locks, hierarchical state).
     pub fn stored_bytes(&self, project: &str) -> (usize, usize) {
         (
             self.project_locks.stored_bytes(project),
@@ -409,7 +409,7 @@ impl StateMachine {
         self.projects.iter().map(|(n, p)| p.view(n)).collect()
     }
 
-    /// (§4 limit, §5 limit) of a project; 0 = unlimited.
+    /// (project-lock limit, hierarchical limit) of a project; 0 = unlimited.
     pub fn rate_limits(&self, project: &str) -> (u32, u32) {
         self.projects
             .get(project)
@@ -417,7 +417,7 @@ impl StateMachine {
             .unwrap_or((0, 0))
     }
 
-    /// §4 listing of a project's locks (see [`ProjectLocks::list`]), judged at `now`.
+    /// project-lock listing of a project's locks (see [`ProjectLocks::list`]), judged at `now`.
     pub fn list_locks(
         &self,
         project: &str,
@@ -429,17 +429,17 @@ impl StateMachine {
             .list(project, after, limit, self.query_time(now))
     }
 
-    /// §4 read at time `now`.
+    /// project-lock read at time `now`.
     pub fn read_lock(&self, project: &str, key: &str, now: Nanos) -> Result<LockRead, CoreError> {
         self.project_locks.read(project, key, self.query_time(now))
     }
 
-    /// §5 queries.
+    /// hierarchical queries.
     pub fn hierarchy(&self) -> &Hierarchy {
         &self.hierarchy
     }
 
-    /// Number of stored §4 leases (live or within the takeover grace).
+    /// Number of stored project-lock leases (live or within the takeover grace).
     pub fn project_lock_count(&self) -> usize {
         self.project_locks.len()
     }

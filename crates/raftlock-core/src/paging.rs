@@ -1,4 +1,4 @@
-//! Opaque pagination cursors shared by every §5 list call.
+//! Opaque pagination cursors shared by every hierarchical list call.
 //!
 //! A cursor names the item it continues from and the direction: `a<key>` = items after key,
 //! `b<key>` = items before key, hex-encoded so clients treat it as opaque.

@@ -1,4 +1,4 @@
-//! §4 project locks: named leases with a caller-chosen ownership token and a fencing token.
+//! project locks: named leases with a caller-chosen ownership token and a fencing token.
 //!
 //! Rules (t is the command's time):
 //! - a lease is *live* while `t < expires_at` and *takeover-eligible* once
@@ -130,7 +130,7 @@ impl ProjectLocks {
     pub fn check_usage(&self) -> std::result::Result<(), String> {
         for project in self.leases.keys().chain(self.bytes.0.kept_projects()) {
             if self.stored_bytes(project) != self.count_bytes(project) {
-                return Err(format!("{project}: §4 bytes out of step"));
+                return Err(format!("{project}: project-lock bytes out of step"));
             }
         }
         Ok(())
@@ -190,7 +190,7 @@ impl ProjectLocks {
         }
     }
 
-    /// §4 acquire.
+    /// project-lock acquire.
     pub fn acquire(
         &mut self,
         project: &str,
@@ -256,7 +256,7 @@ impl ProjectLocks {
         answer
     }
 
-    /// §4 renew: only the current token, only while live.
+    /// project-lock renew: only the current token, only while live.
     pub fn renew(
         &mut self,
         project: &str,
@@ -277,7 +277,7 @@ impl ProjectLocks {
         }
     }
 
-    /// §4 release: the owner deletes its lease; an absent (or takeover-eligible) lock is
+    /// project-lock release: the owner deletes its lease; an absent (or takeover-eligible) lock is
     /// already released; anyone else gets `lock_ownership_lost` and changes nothing.
     pub fn release(&mut self, project: &str, key: &str, token: u128, t: Nanos) -> Result<()> {
         validate::lock_key(key)?;
@@ -291,14 +291,14 @@ impl ProjectLocks {
         }
     }
 
-    /// §4 force release: drops whatever lease exists.
+    /// project-lock force release: drops whatever lease exists.
     pub fn force_release(&mut self, project: &str, key: &str) -> Result<()> {
         validate::lock_key(key)?;
         self.remove(project, key);
         Ok(())
     }
 
-    /// §4 read: held while `t < expires_at + 1 s`, so `Free` means an acquire would succeed.
+    /// project-lock read: held while `t < expires_at + 1 s`, so `Free` means an acquire would succeed.
     pub fn read(&self, project: &str, key: &str, t: Nanos) -> Result<LockRead> {
         validate::lock_key(key)?;
         Ok(match self.get(project, key) {

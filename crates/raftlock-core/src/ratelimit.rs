@@ -1,4 +1,4 @@
-//! Fixed-window request counting (§4 rate limit, and the optional §5 limit).
+//! Fixed-window request counting (project-lock rate limit, and the optional hierarchical limit).
 //!
 //! Pure: the caller passes the time. The server keeps one instance on the node that decides
 //! requests (the leader), so each request is counted once cluster-wide.

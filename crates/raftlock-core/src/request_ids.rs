@@ -5,7 +5,7 @@
 //! its call was applied. When the call carries a request id (`X-Volcano-Request-Id`, a UUID
 //! reused on retries), apply answers a repeat with the outcome of the first application instead
 //! of applying it again — so a retried `CreateLockLease` yields one lease, not two, and a
-//! retried §4 release answers `204` even if someone else took the lock meanwhile.
+//! retried project-lock release answers `204` even if someone else took the lock meanwhile.
 //!
 //! The table is part of the state machine (and of every snapshot), so every node answers a
 //! repeat the same way, also after a leader change. It is bounded per project: ids older than

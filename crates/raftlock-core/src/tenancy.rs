@@ -1,4 +1,4 @@
-//! Tenancy of §3: projects and their API keys.
+//! Tenancy: projects and their API keys.
 //!
 //! A key's secret is never stored: the server hashes it (SHA-256) before proposing, and
 //! authentication compares hashes in constant time.
@@ -9,23 +9,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
 
-/// Default §4 rate limit: requests per project per fixed clock minute.
+/// Default project-lock rate limit: requests per project per fixed clock minute.
 pub const DEFAULT_LOCK_OPS_PER_MINUTE: u32 = 600;
 
 /// The scope a scoped key needs to call lock endpoints.
 pub const LOCKS_MANAGE: &str = "locks.manage";
 
-/// What a key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeyKind {
-    /// Full access to the project's locks.
-    ServiceRole,
-    /// Access according to its scopes (`locks.manage` for locks).
-    Scoped,
-    /// Public key; always refused by lock endpoints.
-    Anon,
-}
+pub use raftlock_api::admin::{KeyInfo as KeyView, KeyKind, Project as ProjectView};
 
 /// A registered key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +32,7 @@ pub struct KeyRecord {
 }
 
 impl KeyRecord {
-    /// Whether this key may call the §4/§5 lock endpoints.
+    /// Whether this key may call the lock-API lock endpoints.
     pub fn may_manage_locks(&self) -> bool {
         match self.kind {
             KeyKind::ServiceRole => true,
@@ -70,27 +60,6 @@ impl KeyRecord {
             revoked: self.revoked,
         }
     }
-}
-
-/// A key as the API shows it (never with its secret or hash).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyView {
-    pub project: String,
-    pub key_id: String,
-    pub kind: KeyKind,
-    pub scopes: Vec<String>,
-    pub revoked: bool,
-}
-
-/// A project as the admin API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectView {
-    pub name: String,
-    pub created_at: Nanos,
-    pub lock_ops_per_minute: u32,
-    /// 0 = off (the default for §5 routes).
-    pub hier_ops_per_minute: u32,
-    pub keys: Vec<KeyView>,
 }
 
 /// The tenancy part of a project (its locks live beside it in the machine).

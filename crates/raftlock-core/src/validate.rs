@@ -1,4 +1,4 @@
-//! Input limits of §4 and §5. Each check returns a [`CoreError::Invalid`] naming the field, so
+//! Input limits of project-lock and hierarchical. Each check returns a [`CoreError::Invalid`] naming the field, so
 //! the server can answer 400 with a clear message before anything is proposed, and `apply`
 //! repeats the same checks so no invalid command can ever change state.
 
@@ -6,28 +6,28 @@ use std::collections::BTreeMap;
 
 use crate::error::CoreError;
 
-/// §4 TTL bounds in seconds.
+/// project-lock TTL bounds in seconds.
 pub const MIN_LOCK_TTL: u64 = 5;
 /// 90 days: also the absolute deadline of every project-lock lease.
 pub const MAX_LOCK_TTL: u64 = 7_776_000;
-/// §5 lease TTL bounds in seconds.
+/// hierarchical lease TTL bounds in seconds.
 pub const MIN_LEASE_TTL: u64 = 1;
 pub const MAX_LEASE_TTL: u64 = 300;
-/// §5 blocking-acquire bound in seconds.
+/// hierarchical blocking-acquire bound in seconds.
 pub const MAX_ACQUIRE_TIMEOUT: u64 = 300;
-/// §5 metadata bounds.
+/// hierarchical metadata bounds.
 pub const MAX_METADATA_ENTRIES: usize = 32;
 pub const MAX_METADATA_KEY: usize = 128;
 pub const MAX_METADATA_VALUE: usize = 256;
 pub const MAX_DESCRIPTION: usize = 1024;
-/// §5 largest page size, as Grackle allows.
+/// hierarchical largest page size, as Grackle allows.
 pub const MAX_PAGE: u32 = 250;
-/// §5 page size when a list call asks for 0 (no limit given).
+/// hierarchical page size when a list call asks for 0 (no limit given).
 pub const DEFAULT_PAGE: u32 = 100;
 
 type Result<T = ()> = std::result::Result<T, CoreError>;
 
-/// §4 lock key: 1–128 characters of letters, digits, `.`, `_`, `:`, `-`.
+/// project-lock lock key: 1–128 characters of letters, digits, `.`, `_`, `:`, `-`.
 pub fn lock_key(key: &str) -> Result {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-');
     if key.is_empty() || key.len() > 128 || !key.chars().all(ok_char) {
@@ -39,7 +39,7 @@ pub fn lock_key(key: &str) -> Result {
     Ok(())
 }
 
-/// §4 TTL: 5 s to 7,776,000 s.
+/// project-lock TTL: 5 s to 7,776,000 s.
 pub fn lock_ttl(ttl: u64) -> Result {
     if !(MIN_LOCK_TTL..=MAX_LOCK_TTL).contains(&ttl) {
         return Err(CoreError::invalid(
@@ -65,7 +65,7 @@ pub fn simple_name(field: &str, name: &str) -> Result {
     Ok(())
 }
 
-/// §5 lock name: 1–256 characters matching `^[-_0-9a-zA-Z]+(/[-_0-9a-zA-Z]+)*$`.
+/// hierarchical lock name: 1–256 characters matching `^[-_0-9a-zA-Z]+(/[-_0-9a-zA-Z]+)*$`.
 pub fn lock_name(name: &str) -> Result {
     let segments_ok = name
         .split('/')
@@ -79,7 +79,7 @@ pub fn lock_name(name: &str) -> Result {
     Ok(())
 }
 
-/// §5 process id: 1–128 printable characters.
+/// hierarchical process id: 1–128 printable characters.
 pub fn process_id(id: &str) -> Result {
     let n = id.chars().count();
     if n == 0 || n > 128 || id.chars().any(|c| c.is_control()) {
@@ -91,7 +91,7 @@ pub fn process_id(id: &str) -> Result {
     Ok(())
 }
 
-/// §5 lease TTL: 1–300 s.
+/// hierarchical lease TTL: 1–300 s.
 pub fn lease_ttl(ttl: u64) -> Result {
     if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
         return Err(CoreError::invalid(
@@ -102,7 +102,7 @@ pub fn lease_ttl(ttl: u64) -> Result {
     Ok(())
 }
 
-/// §5 blocking timeout: 0–300 s.
+/// hierarchical blocking timeout: 0–300 s.
 pub fn acquire_timeout(timeout: u64) -> Result {
     if timeout > MAX_ACQUIRE_TIMEOUT {
         return Err(CoreError::invalid(
@@ -113,7 +113,7 @@ pub fn acquire_timeout(timeout: u64) -> Result {
     Ok(())
 }
 
-/// §5 metadata: at most 32 entries, keys 1–128 bytes, values up to 256 bytes.
+/// hierarchical metadata: at most 32 entries, keys 1–128 bytes, values up to 256 bytes.
 pub fn metadata(meta: &BTreeMap<String, String>) -> Result {
     if meta.len() > MAX_METADATA_ENTRIES {
         return Err(CoreError::invalid(
@@ -146,7 +146,7 @@ pub fn waiter_id(id: &str) -> Result {
     Ok(())
 }
 
-/// §5 namespace description: up to 1024 bytes.
+/// hierarchical namespace description: up to 1024 bytes.
 pub fn description(text: &str) -> Result {
     if text.len() > MAX_DESCRIPTION {
         return Err(CoreError::invalid(
@@ -157,7 +157,7 @@ pub fn description(text: &str) -> Result {
     Ok(())
 }
 
-/// §5 page size: 0–100, where 0 means 100. Returns the effective size.
+/// hierarchical page size: 0–100, where 0 means 100. Returns the effective size.
 pub fn page_limit(limit: u32) -> Result<usize> {
     match limit {
         0 => Ok(DEFAULT_PAGE as usize),

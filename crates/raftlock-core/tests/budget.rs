@@ -20,7 +20,7 @@ fn meta(bytes: usize) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A §5 hierarchy with one namespace in projects "p" and "q", budget `quota` bytes.
+/// A hierarchical hierarchy with one namespace in projects "p" and "q", budget `quota` bytes.
 fn hierarchy(quota: usize) -> Hierarchy {
     let mut h = Hierarchy::with_quotas(Quotas::default()).with_byte_quota(quota);
     for p in ["p", "q"] {

@@ -2,7 +2,7 @@
 //! persistent maps in place of `BTreeMap`s) must encode every state to the same bytes, or
 //! nodes of different releases could not read each other's snapshots.
 //!
-//! `fixtures/state-format-2.bin` was written by the release whose §5 state still used
+//! `fixtures/state-format-2.bin` was written by the release whose hierarchical state still used
 //! `BTreeMap`s (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ fn hier(project: &str, op: HierOp) -> Op {
     }
 }
 
-/// A state touching every part of §4 and §5: namespaces with metadata, leases, shared and
+/// A state touching every part of project-lock and hierarchical: namespaces with metadata, leases, shared and
 /// exclusive holds on nested paths, a queued waiter, expiry indexes.
 fn sample_state() -> StateMachine {
     let mut sm = StateMachine::new(Limits::default());

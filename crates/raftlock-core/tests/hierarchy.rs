@@ -1,4 +1,4 @@
-//! §5 rules of the hierarchy, through its public operations: compatibility on related
+//! hierarchical rules of the hierarchy, through its public operations: compatibility on related
 //! paths, holders and diagnostics, leases and expiry, namespaces, quotas and pagination.
 
 use std::collections::BTreeMap;

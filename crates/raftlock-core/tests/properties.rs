@@ -1,5 +1,5 @@
 //! Property tests of the whole state machine over random command sequences on a small key
-//! space: mutual exclusion (§7), rising fencing tokens, snapshot/restore equivalence and
+//! space: mutual exclusion, rising fencing tokens, snapshot/restore equivalence and
 //! determinism of replicated apply.
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +17,7 @@ const NAMESPACES: [&str; 2] = ["n1", "n2"];
 const PATHS: [&str; 6] = ["a", "a/b", "a/b/c", "a/d", "e", "ab"];
 const LEASES: [&str; 4] = ["l1", "l2", "l3", "l4"];
 const GRACE: i64 = SECOND;
-/// Byte budgets small enough to be met: two §4 keys per project; a few §5 leases and holds.
+/// Byte budgets small enough to be met: two project-lock keys per project; a few hierarchical leases and holds.
 const LOCK_BYTES: usize = 700;
 const HIER_BYTES: usize = 12_000;
 
@@ -44,7 +44,7 @@ fn lock_action() -> impl Strategy<Value = LockAction> {
     ]
 }
 
-/// Mostly valid §5 lease TTLs (1–300 s); 0 and 301 are refused.
+/// Mostly valid hierarchical lease TTLs (1–300 s); 0 and 301 are refused.
 fn lease_ttl() -> impl Strategy<Value = u64> {
     prop_oneof![1 => Just(0u64), 1 => Just(301), 18 => 1u64..=120]
 }
@@ -66,7 +66,7 @@ fn hier_op() -> impl Strategy<Value = HierOp> {
             metadata: BTreeMap::new(),
             expected_version: (v > 0).then_some(v),
         }),
-        // Deleting n1 (where most traffic goes) wipes a run's §5 state: keep it rare.
+        // Deleting n1 (where most traffic goes) wipes a run's hierarchical state: keep it rare.
         1 => pick(&["n1", "n2", "n2", "n2"])
             .prop_map(|name| HierOp::DeleteNamespace { name: name.into() }),
         16 => (ns(), lease(), pick(&["w1", "w2"]), lease_ttl()).prop_map(
@@ -129,7 +129,7 @@ fn wait() -> impl Strategy<Value = Option<WaitSpec>> {
 
 fn op() -> impl Strategy<Value = Op> {
     let project = || pick(&PROJECTS).prop_map(String::from);
-    // §5 traffic mostly in p1 so leases and locks meet; p2 checks tenants stay apart.
+    // hierarchical traffic mostly in p1 so leases and locks meet; p2 checks tenants stay apart.
     let hier_project = || prop::sample::select(vec!["p1", "p1", "p1", "p2"]).prop_map(String::from);
     prop_oneof![
         1 => Just(Op::Tick),
@@ -181,7 +181,7 @@ fn commands(max_len: usize) -> impl Strategy<Value = Vec<Command>> {
     )
 }
 
-/// Expected §4 state of one key, learnt from answers only.
+/// Expected project-lock state of one key, learnt from answers only.
 #[derive(Debug, Clone, Copy)]
 struct Held {
     token: u128,
@@ -207,7 +207,7 @@ impl LockModel {
         (stored + 1) * budget::lock_key_bytes("k1") <= LOCK_BYTES
     }
 
-    /// Checks one §4 answer against the rules and updates the model.
+    /// Checks one project-lock answer against the rules and updates the model.
     fn check(
         &mut self,
         project: &str,
@@ -367,7 +367,7 @@ fn related(a: &str, b: &str) -> bool {
         || (a.len() > b.len() && a.starts_with(b) && a.as_bytes()[b.len()] == b'/')
 }
 
-/// Mutual exclusion of §5 judged from the public views alone (independent of
+/// Mutual exclusion of hierarchical judged from the public views alone (independent of
 /// `check_invariants`): no two leases hold incompatible locks on related paths.
 fn check_hier_views(sm: &StateMachine, t: i64) -> Result<(), TestCaseError> {
     let h = sm.hierarchy();

@@ -1,4 +1,4 @@
-//! The replicated FIFO waiter queue of §5 blocking acquires.
+//! The replicated FIFO waiter queue of hierarchical blocking acquires.
 
 use std::collections::BTreeMap;
 

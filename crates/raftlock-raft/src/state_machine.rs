@@ -62,7 +62,7 @@ struct Shared {
     /// snapshots on their own task, so a build of an older state can finish after an install
     /// of a newer one; it must neither share the temporary file nor replace the newer file.
     persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
-    /// Calls waiting in §5 queues, woken when the machine reports their waiter resolved.
+    /// Calls waiting in hierarchical queues, woken when the machine reports their waiter resolved.
     waiters: Arc<WaiterBoard>,
 }
 
@@ -214,7 +214,7 @@ impl StateMachineStore {
         self.shared.applied_tx.subscribe()
     }
 
-    /// Where calls waiting in §5 queues register to be woken when their waiter is resolved.
+    /// Where calls waiting in hierarchical queues register to be woken when their waiter is resolved.
     pub fn waiter_board(&self) -> Arc<WaiterBoard> {
         self.shared.waiters.clone()
     }
@@ -228,7 +228,7 @@ pub struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         // Copy under the read lock, encode the copy on a blocking thread: apply and reads
-        // wait only for the copy. §4 locks live in persistent maps, so their copy is O(1)
+        // wait only for the copy. project-lock locks live in persistent maps, so their copy is O(1)
         // however many there are (docs/architecture.md, *Snapshots*).
         let copied = std::time::Instant::now();
         let state = self

@@ -1,4 +1,4 @@
-//! [`WaiterBoard`]: wakes the calls whose §5 blocking acquire left its queue.
+//! [`WaiterBoard`]: wakes the calls whose hierarchical blocking acquire left its queue.
 //!
 //! A call waiting in a replicated queue registers its waiter id here; after each applied
 //! batch the state machine wrapper passes the ids the machine reports as resolved (granted,

@@ -1,13 +1,10 @@
 //! Every HTTP header name the server reads or writes, in one place.
 //!
 //! Client-facing names come from the original API documents; `x-raftlock-*` names travel only
-//! between nodes (a client sending one to the client listener is refused). The Rust SDK keeps
-//! its own copies of the two client-facing names (it does not depend on the server).
+//! between nodes (a client sending one to the client listener is refused). The client-facing
+//! names are part of the wire contract and come from `raftlock-api`, which the SDK shares.
 
-/// Request correlation id (client-facing, every route): echoed, made up when absent.
-pub const REQUEST_ID_HEADER: &str = "x-volcano-request-id";
-/// The caller's per-lease UUID on the project-lock `/lease` routes (client-facing).
-pub const LOCK_TOKEN_HEADER: &str = "x-volcano-lock-token";
+pub use raftlock_api::headers::{LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
 /// Marks a request forwarded by a peer; its value is the number of hops so far.
 pub const HOPS_HEADER: &str = "x-raftlock-hops";
 /// Waiter id of a forwarded blocking acquire, stable across retries to a new leader.

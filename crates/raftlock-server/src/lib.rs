@@ -11,12 +11,13 @@
 //! - [`read_gate`]: linearizable reads, sharing one leadership confirmation.
 //! - [`unavailable`]: the "not decided" (503) error every layer shares.
 //! - [`election`]: elections started by this node after a pre-vote, never by openraft's timer.
-//! - [`headers`]: every HTTP header name, in one place.
+//! - [`headers`]: every HTTP header name, in one place (the client-facing ones come from
+//!   `raftlock-api`).
 //! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
 //! - [`http`]: routes — project locks, hierarchical-lock methods, admin, health, metrics,
-//!   the web console — plus auth, error dialects, body limits, blocking waits and forwarding
-//!   to the leader.
+//!   the web console, the OpenAPI document — plus auth, error dialects, body limits, blocking
+//!   waits and forwarding to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
 //! - [`tls`]: HTTPS for clients and mutual TLS between nodes, following the certificate
 //!   files for rotation.

@@ -1,6 +1,6 @@
 //! The `raftlock` binary: `serve` runs one node, `dev` a local cluster, `certs` makes TLS
-//! certificates; the other
-//! subcommands are the command-line client (`raftlock_server::cli`).
+//! certificates, `openapi` prints the API's OpenAPI document; the other subcommands are the
+//! command-line client (`raftlock_server::cli`).
 
 use clap::{Parser, Subcommand};
 use raftlock_server::config::ServeArgs;
@@ -21,6 +21,8 @@ enum Command {
     Dev(DevArgs),
     /// Make a private CA and node certificates for TLS (PEM files).
     Certs(raftlock_server::certs::CertsArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /openapi.json` serves).
+    Openapi,
     #[command(flatten)]
     Client(raftlock_server::cli::ClientCommand),
 }
@@ -41,6 +43,10 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(raftlock_server::dev::run(args))
         }
         Command::Certs(args) => raftlock_server::certs::run(args),
+        Command::Openapi => {
+            print!("{}", raftlock_server::http::openapi::document_json());
+            Ok(())
+        }
         Command::Client(cmd) => {
             let filter = std::env::var("RAFTLOCK_CLI_LOG").unwrap_or_else(|_| "off".into());
             raftlock_server::telemetry::init_logs("text", &filter);

@@ -58,7 +58,7 @@ pub struct Node {
     pub prevote_granted_at: Mutex<Option<std::time::Instant>>,
     /// A handle on the log, for its last log id (the pre-vote compares logs).
     log: raftlock_raft::LogStore,
-    /// Calls waiting in §5 queues; apply wakes exactly the ones whose waiter left its queue.
+    /// Calls waiting in hierarchical queues; apply wakes exactly the ones whose waiter left its queue.
     pub waiters: Arc<raftlock_raft::WaiterBoard>,
 }
 

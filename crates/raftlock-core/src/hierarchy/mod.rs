@@ -1,4 +1,4 @@
-//! §5 hierarchical locks: namespaces, lock leases and shared/exclusive locks on `/` paths.
+//! hierarchical locks: namespaces, lock leases and shared/exclusive locks on `/` paths.
 //!
 //! Compatibility: an exclusive hold on P blocks every other lease on P, its ancestors and its
 //! descendants; a shared hold blocks other leases' exclusive locks there. A lease never blocks

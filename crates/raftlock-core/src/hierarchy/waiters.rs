@@ -1,4 +1,4 @@
-//! The replicated FIFO queue of §5 blocking acquires: who waits for which lock, the budgets
+//! The replicated FIFO queue of hierarchical blocking acquires: who waits for which lock, the budgets
 //! that bound the queues, and the queue operations (enqueue, remove, grant in arrival order,
 //! drop at the deadline) as methods of the namespace that owns the queues.
 

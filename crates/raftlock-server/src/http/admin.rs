@@ -11,14 +11,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 use openraft::{BasicNode, ChangeMembers};
-use raftlock_core::tenancy::KeyKind;
+use raftlock_api::admin::{
+    ClusterHealth, ClusterView, Member, MoveLeaderRequest, NewKey, NewKeyRequest,
+    NewLearnerRequest, NewProjectRequest, NodeProbe, ProjectList, ProjectPatch, VotersRequest,
+};
+use raftlock_api::errors::LocksErrorCode;
 use raftlock_core::{Op, Reply};
 use rand::distributions::{Alphanumeric, DistString};
 use rand::Rng;
-use serde::Deserialize;
-use serde_json::{json, Value};
 
-use super::errors::{ApiError, Dialect};
+use super::errors::{ApiError, Code, Dialect};
 use super::{auth, body};
 use crate::node::{Node, SharedNode};
 
@@ -34,8 +36,8 @@ fn membership_bound(node: &Node) -> std::time::Duration {
 /// 202 with the current view: the change was accepted and may still complete.
 fn in_progress(node: &Node, what: &str) -> Response {
     let mut view = cluster_view(node);
-    view["status"] = json!("in_progress");
-    view["message"] = json!(format!(
+    view.status = Some("in_progress".to_string());
+    view.message = Some(format!(
         "{what} is still in progress; GET /admin/v1/cluster shows when it completes"
     ));
     (StatusCode::ACCEPTED, Json(view)).into_response()
@@ -117,19 +119,13 @@ async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
     ApiError::decide(node, op, D).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewProject {
-    name: String,
-}
-
 async fn create_project(
     State(node): State<SharedNode>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let NewProject { name } = body::json(&body::read(b, D).await?, D)?;
+    let NewProjectRequest { name } = body::json(&body::read(b, D).await?, D)?;
     match decide(&node, Op::CreateProject { name }).await? {
         Reply::Project(p) => Ok((StatusCode::CREATED, Json(p)).into_response()),
         other => Err(unexpected(other)),
@@ -145,7 +141,7 @@ async fn list_projects(
         .linearizable(|sm, _| sm.projects())
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
-    Ok(Json(json!({ "projects": projects })).into_response())
+    Ok(Json(ProjectList { projects }).into_response())
 }
 
 async fn get_project(
@@ -161,13 +157,6 @@ async fn get_project(
     project
         .map(|p| Json(p).into_response())
         .ok_or_else(|| ApiError::new(D, StatusCode::NOT_FOUND, "project not found"))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProjectPatch {
-    lock_ops_per_minute: Option<u32>,
-    hier_ops_per_minute: Option<u32>,
 }
 
 async fn update_project(
@@ -189,14 +178,6 @@ async fn update_project(
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewKey {
-    kind: KeyKind,
-    #[serde(default)]
-    scopes: Vec<String>,
-}
-
 /// A new key id (16 hex chars) and its full secret `rlk_<id>_<40 random alphanumerics>`.
 fn generate_key() -> (String, String) {
     let mut rng = rand::thread_rng();
@@ -216,7 +197,7 @@ async fn create_key(
     b: Body,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let NewKey { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
+    let NewKeyRequest { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
     if scopes.len() > 32 || scopes.iter().any(|s| s.is_empty() || s.len() > 64) {
         return Err(ApiError::bad_request(
             D,
@@ -234,9 +215,12 @@ async fn create_key(
     match decide(&node, op).await? {
         Reply::Key(k) => Ok((
             StatusCode::CREATED,
-            Json(
-                json!({ "key_id": k.key_id, "secret": secret, "kind": k.kind, "scopes": k.scopes }),
-            ),
+            Json(NewKey {
+                key_id: k.key_id,
+                secret,
+                kind: k.kind,
+                scopes: k.scopes,
+            }),
         )
             .into_response()),
         other => Err(unexpected(other)),
@@ -267,14 +251,7 @@ fn membership_error(e: impl std::fmt::Display) -> ApiError {
         StatusCode::CONFLICT,
         format!("membership change refused: {e}"),
     )
-    .with_code("membership_change_failed")
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewLearner {
-    node_id: u64,
-    addr: String,
+    .with_code(Code::Locks(LocksErrorCode::MembershipChangeFailed))
 }
 
 /// Adds a learner and waits until it has caught up with the log.
@@ -284,7 +261,7 @@ async fn add_learner(
     b: Body,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let NewLearner { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
+    let NewLearnerRequest { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
     let added = node
         .raft
         .add_learner(node_id, BasicNode { addr }, false)
@@ -309,19 +286,13 @@ async fn add_learner(
         .await
         .is_ok();
     let mut view = cluster_view(&node);
-    view["learner_caught_up"] = json!(caught_up);
+    view.learner_caught_up = Some(caught_up);
     let status = if caught_up {
         StatusCode::OK
     } else {
         StatusCode::ACCEPTED
     };
     Ok((status, Json(view)).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Voters {
-    voters: BTreeSet<u64>,
 }
 
 /// Replaces the voter set (joint consensus); nodes must already be members (learners).
@@ -331,7 +302,7 @@ async fn change_voters(
     b: Body,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let Voters { voters } = body::json(&body::read(b, D).await?, D)?;
+    let VotersRequest { voters } = body::json(&body::read(b, D).await?, D)?;
     if voters.is_empty() {
         return Err(ApiError::bad_request(D, "voters must not be empty"));
     }
@@ -347,13 +318,6 @@ async fn change_voters(
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct MoveLeader {
-    /// The voter to lead; the most caught-up other voter when absent.
-    node_id: Option<u64>,
-}
-
 /// How long `POST /admin/v1/cluster/leader` may take before answering 503.
 const MOVE_LEADER_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -365,7 +329,7 @@ async fn move_leader(
 ) -> Result<Response, ApiError> {
     use crate::handoff::{hand_off, HandOffError};
     auth::platform(&node, &headers)?;
-    let MoveLeader { node_id } = body::json(&body::read(b, D).await?, D)?;
+    let MoveLeaderRequest { node_id } = body::json(&body::read(b, D).await?, D)?;
     if node_id == Some(node.config.node_id) {
         return Ok(Json(cluster_view(&node)).into_response());
     }
@@ -378,7 +342,7 @@ async fn move_leader(
                 node_id.unwrap_or_default()
             ),
         )
-        .with_code("leader_not_moved")),
+        .with_code(Code::Locks(LocksErrorCode::LeaderNotMoved))),
         Ok(_) => Ok(Json(cluster_view(&node)).into_response()),
         Err(e @ (HandOffError::NotAVoter(_) | HandOffError::NoCandidate)) => {
             Err(ApiError::bad_request(D, e.to_string()))
@@ -432,27 +396,34 @@ async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<R
     Ok(Json(cluster_view(&node)).into_response())
 }
 
-/// This node's view: `{"node_id","cluster_id","clock_offset_ms","leader","term","commit_index","applied_index","members"}`.
-pub fn cluster_view(node: &Node) -> Value {
+/// This node's view of the cluster.
+pub fn cluster_view(node: &Node) -> ClusterView {
     let m = node.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
-    let members: Vec<Value> = membership
+    let members = membership
         .nodes()
-        .map(|(id, n)| json!({ "id": id, "addr": n.addr, "voter": voters.contains(id) }))
+        .map(|(id, n)| Member {
+            id: *id,
+            addr: n.addr.clone(),
+            voter: voters.contains(id),
+        })
         .collect();
-    json!({
-        "node_id": node.config.node_id,
-        "cluster_id": node.identity.get(),
-        "clock_offset_ms": node.clock.offset().map(|o| o / 1_000_000),
-        "leader": m.current_leader,
-        "term": m.current_term,
-        "commit_index": commit_index(&m, node.config.node_id).unwrap_or(0),
-        "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0),
-        "last_log_index": m.last_log_index.unwrap_or(0),
-        "state": format!("{:?}", m.state),
-        "members": members,
-    })
+    ClusterView {
+        node_id: node.config.node_id,
+        cluster_id: node.identity.get().map(|id| id.to_string()),
+        clock_offset_ms: node.clock.offset().map(|o| o / 1_000_000),
+        leader: m.current_leader,
+        term: m.current_term,
+        commit_index: commit_index(&m, node.config.node_id).unwrap_or(0),
+        applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+        last_log_index: m.last_log_index.unwrap_or(0),
+        state: format!("{:?}", m.state),
+        members,
+        status: None,
+        message: None,
+        learner_caught_up: None,
+    }
 }
 
 /// Every member's own view and health, gathered by this node (members that do not answer
@@ -485,17 +456,32 @@ async fn cluster_status(
                 .send()
                 .await;
             let view = match view {
-                Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                Ok(r) if r.status().is_success() => r.json::<ClusterView>().await.ok(),
                 _ => None,
             };
-            let ready = client.get(node.peer_url(&addr, "/readyz")).timeout(timeout).send().await;
+            let ready = client
+                .get(node.peer_url(&addr, "/readyz"))
+                .timeout(timeout)
+                .send()
+                .await;
             let ready = ready.map(|r| r.status().is_success()).unwrap_or(false);
-            json!({ "id": id, "addr": addr, "reachable": view.is_some(), "ready": ready, "view": view })
+            NodeProbe {
+                id,
+                addr,
+                reachable: view.is_some(),
+                ready,
+                view,
+            }
         }
     });
     let nodes = futures::future::join_all(probes).await;
-    Ok(Json(json!({ "leader": local["leader"], "term": local["term"], "members": local["members"], "nodes": nodes }))
-        .into_response())
+    Ok(Json(ClusterHealth {
+        leader: local.leader,
+        term: local.term,
+        members: local.members,
+        nodes,
+    })
+    .into_response())
 }
 
 /// The quorum-acknowledged log index as seen by node `me` (the applied index off the leader).

@@ -1,4 +1,4 @@
-//! §3 authentication: who is calling, and may they call this route.
+//! Authentication: who is calling, and may they call this route.
 //!
 //! Keys look like `rlk_<key_id>_<secret>`; the key id locates the record and the SHA-256 of
 //! the whole string is compared in constant time with the stored hash. Missing or unknown
@@ -90,7 +90,7 @@ fn forbidden(d: Dialect, why: &str) -> ApiError {
     ApiError::new(d, StatusCode::FORBIDDEN, why)
 }
 
-/// Authenticates a §4/§5 caller and returns its project.
+/// Authenticates a lock-API caller and returns its project.
 pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<String, ApiError> {
     match classify(node, headers) {
         Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
@@ -112,8 +112,8 @@ pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<Strin
     }
 }
 
-/// Authenticates a §4/§5 caller and counts the request against its project's limit for that
-/// API (§4 and §5 have separate windows); returns the caller's project.
+/// Authenticates a lock-API caller and counts the request against its project's limit for that
+/// API (project-lock and hierarchical have separate windows); returns the caller's project.
 pub fn lock_caller_counted(
     node: &Node,
     headers: &HeaderMap,

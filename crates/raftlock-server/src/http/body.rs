@@ -1,6 +1,6 @@
 //! Request bodies: bounded reading (64 KiB, else 413) and JSON decoding whose failures become
 //! 400s in the caller's dialect. Wrong types are refused, and so are unknown fields where the
-//! request type says `deny_unknown_fields` (the §4 and §5 bodies do).
+//! request type says `deny_unknown_fields` (the project-lock and hierarchical bodies do).
 
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
@@ -22,27 +22,67 @@ pub async fn read(body: Body, d: Dialect) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Decodes a JSON body; an empty body is decoded as `{}`.
+/// Decodes a JSON body; an empty body is decoded as `{}`. A number with a zero fraction
+/// (`60.0`) is accepted where an integer is expected: JSON does not tell them apart (JSON
+/// Schema calls `60.0` an integer), and some encoders write every number that way.
 pub fn json<T: DeserializeOwned>(bytes: &[u8], d: Dialect) -> Result<T, ApiError> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         bytes
     };
-    // The path of the offending field makes the message name it (`lock_name: invalid type…`).
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = match path.as_str() {
-            "." | "" => format!("invalid JSON body: {inner}"),
-            field => format!("invalid JSON body: {field}: {inner}"),
-        };
-        ApiError::bad_request(d, message)
-    })?;
-    de.end()
-        .map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))?;
-    Ok(value)
+    let error = match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => {
+            de.end()
+                .map_err(|e| ApiError::bad_request(d, format!("invalid JSON body: {e}")))?;
+            return Ok(value);
+        }
+        Err(e) => e,
+    };
+    // Only a body that is valid JSON with integral floats gets a second chance (off the
+    // fast path: well-formed requests decode above without building a tree).
+    if let Ok(mut tree) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        if integral_floats_to_integers(&mut tree) {
+            if let Ok(value) = serde_json::from_value(tree) {
+                return Ok(value);
+            }
+        }
+    }
+    // The path of the offending field makes the message name it (`lock_name: invalid type…`).
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    let message = match path.as_str() {
+        "." | "" => format!("invalid JSON body: {inner}"),
+        field => format!("invalid JSON body: {field}: {inner}"),
+    };
+    Err(ApiError::bad_request(d, message))
+}
+
+/// Rewrites every float with a zero fraction that an integer type can hold (`60.0` → `60`);
+/// true when something changed.
+fn integral_floats_to_integers(v: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let integral = f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15;
+            if integral {
+                *v = Value::from(f as i64);
+            }
+            integral
+        }
+        // Every element is visited (not `any`, which would stop at the first change).
+        Value::Array(items) => items
+            .iter_mut()
+            .map(integral_floats_to_integers)
+            .fold(false, |a, b| a | b),
+        Value::Object(map) => map
+            .values_mut()
+            .map(integral_floats_to_integers)
+            .fold(false, |a, b| a | b),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -52,6 +92,18 @@ mod tests {
     #[derive(serde::Deserialize, Debug)]
     struct Ttl {
         ttl_seconds: u64,
+    }
+
+    #[test]
+    fn integral_floats_are_integers() {
+        for body in [
+            &br#"{"ttl_seconds":60.0}"#[..],
+            br#"{"ttl_seconds":6e1}"#,
+            br#"{"ttl_seconds":60}"#,
+        ] {
+            let ttl = json::<Ttl>(body, Dialect::Locks).unwrap();
+            assert_eq!(ttl.ttl_seconds, 60);
+        }
     }
 
     #[test]
@@ -68,6 +120,8 @@ mod tests {
             b"{",
             b"",
             br#"{"ttl_seconds":1.5}"#,
+            br#"{"ttl_seconds":-60.0}"#,
+            br#"{"ttl_seconds":1e300}"#,
             br#"{"ttl_seconds":10} trailing"#,
         ] {
             let e = json::<Ttl>(bad, Dialect::Locks).unwrap_err();

@@ -1,22 +1,29 @@
 //! The two error dialects of the public API and how core errors map onto them.
 //!
-//! §4 routes and the admin API answer `{"error":"…","code":"…"}`; §5 routes answer
+//! project-lock routes and the admin API answer `{"error":"…","code":"…"}`; hierarchical routes answer
 //! `{"code":"…","message":"…"}` with gRPC status names. Codes are stable strings.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use raftlock_api::errors::{LocksError, LocksErrorCode, RpcError, RpcErrorCode};
 use raftlock_core::CoreError;
-use serde_json::json;
 
 use crate::unavailable::Unavailable;
+
+/// A precise error code of one dialect (see [`ApiError::with_code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Locks(LocksErrorCode),
+    Rpc(RpcErrorCode),
+}
 
 /// Which API a request belongs to, which decides the error body shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// §4 project locks and the admin API.
+    /// project locks and the admin API.
     Locks,
-    /// §5 RPC-style routes.
+    /// hierarchical RPC-style routes.
     Rpc,
 }
 
@@ -53,24 +60,25 @@ pub struct NotProposed;
 
 impl ApiError {
     pub fn new(dialect: Dialect, status: StatusCode, message: impl Into<String>) -> Self {
+        use raftlock_api::errors::{LocksErrorCode as L, RpcErrorCode as R};
         let code = match (dialect, status) {
-            (Dialect::Locks, StatusCode::UNAUTHORIZED) => "unauthorized",
-            (Dialect::Locks, StatusCode::FORBIDDEN) => "forbidden",
-            (Dialect::Locks, StatusCode::TOO_MANY_REQUESTS) => "lock_rate_limited",
-            (Dialect::Locks, StatusCode::SERVICE_UNAVAILABLE) => "lock_service_unavailable",
-            (Dialect::Locks, StatusCode::NOT_FOUND) => "not_found",
-            (Dialect::Locks, StatusCode::CONFLICT) => "conflict",
-            (Dialect::Locks, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
-            (Dialect::Locks, _) => "invalid_request",
-            (Dialect::Rpc, StatusCode::UNAUTHORIZED) => "unauthenticated",
-            (Dialect::Rpc, StatusCode::FORBIDDEN) => "permission_denied",
-            (Dialect::Rpc, StatusCode::NOT_FOUND) => "not_found",
-            (Dialect::Rpc, StatusCode::CONFLICT) => "already_exists",
-            (Dialect::Rpc, StatusCode::TOO_MANY_REQUESTS) => "resource_exhausted",
-            (Dialect::Rpc, StatusCode::SERVICE_UNAVAILABLE) => "unavailable",
-            (Dialect::Rpc, StatusCode::INTERNAL_SERVER_ERROR) => "internal",
-            (Dialect::Rpc, StatusCode::NOT_IMPLEMENTED) => "unimplemented",
-            (Dialect::Rpc, _) => "invalid_argument",
+            (Dialect::Locks, StatusCode::UNAUTHORIZED) => L::Unauthorized.as_str(),
+            (Dialect::Locks, StatusCode::FORBIDDEN) => L::Forbidden.as_str(),
+            (Dialect::Locks, StatusCode::TOO_MANY_REQUESTS) => L::LockRateLimited.as_str(),
+            (Dialect::Locks, StatusCode::SERVICE_UNAVAILABLE) => L::LockServiceUnavailable.as_str(),
+            (Dialect::Locks, StatusCode::NOT_FOUND) => L::NotFound.as_str(),
+            (Dialect::Locks, StatusCode::CONFLICT) => L::Conflict.as_str(),
+            (Dialect::Locks, StatusCode::INTERNAL_SERVER_ERROR) => L::Internal.as_str(),
+            (Dialect::Locks, _) => L::InvalidRequest.as_str(),
+            (Dialect::Rpc, StatusCode::UNAUTHORIZED) => R::Unauthenticated.as_str(),
+            (Dialect::Rpc, StatusCode::FORBIDDEN) => R::PermissionDenied.as_str(),
+            (Dialect::Rpc, StatusCode::NOT_FOUND) => R::NotFound.as_str(),
+            (Dialect::Rpc, StatusCode::CONFLICT) => R::AlreadyExists.as_str(),
+            (Dialect::Rpc, StatusCode::TOO_MANY_REQUESTS) => R::ResourceExhausted.as_str(),
+            (Dialect::Rpc, StatusCode::SERVICE_UNAVAILABLE) => R::Unavailable.as_str(),
+            (Dialect::Rpc, StatusCode::INTERNAL_SERVER_ERROR) => R::Internal.as_str(),
+            (Dialect::Rpc, StatusCode::NOT_IMPLEMENTED) => R::Unimplemented.as_str(),
+            (Dialect::Rpc, _) => R::InvalidArgument.as_str(),
         };
         ApiError {
             dialect,
@@ -82,8 +90,17 @@ impl ApiError {
         }
     }
 
-    pub fn with_code(mut self, code: &'static str) -> Self {
-        self.code = code;
+    /// Replaces the status's default code by a more precise one of the dialect.
+    pub fn with_code(mut self, code: Code) -> Self {
+        self.code = match (self.dialect, code) {
+            (Dialect::Locks, Code::Locks(c)) => c.as_str(),
+            (Dialect::Rpc, Code::Rpc(c)) => c.as_str(),
+            // A code of the other dialect would break its clients: keep the default.
+            _ => {
+                debug_assert!(false, "{code:?} is not a code of {:?}", self.dialect);
+                self.code
+            }
+        };
         self
     }
 
@@ -120,24 +137,27 @@ impl ApiError {
             (CoreError::Invalid { .. }, _) => ApiError::bad_request(dialect, message),
             (CoreError::LockHeld, _) => ApiError::new(dialect, StatusCode::CONFLICT, message)
                 .with_code(match dialect {
-                    Dialect::Locks => "lock_held",
-                    Dialect::Rpc => "failed_precondition",
+                    Dialect::Locks => Code::Locks(LocksErrorCode::LockHeld),
+                    Dialect::Rpc => Code::Rpc(RpcErrorCode::FailedPrecondition),
                 }),
             (CoreError::OwnershipLost, _) => ApiError::new(dialect, StatusCode::CONFLICT, message)
                 .with_code(match dialect {
-                    Dialect::Locks => "lock_ownership_lost",
-                    Dialect::Rpc => "failed_precondition",
+                    Dialect::Locks => Code::Locks(LocksErrorCode::LockOwnershipLost),
+                    Dialect::Rpc => Code::Rpc(RpcErrorCode::FailedPrecondition),
                 }),
             (CoreError::NotFound(_), _) => ApiError::new(dialect, StatusCode::NOT_FOUND, message),
             (CoreError::AlreadyExists(_), Dialect::Locks) => {
-                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code("already_exists")
+                ApiError::new(dialect, StatusCode::CONFLICT, message)
+                    .with_code(Code::Locks(LocksErrorCode::AlreadyExists))
             }
             (CoreError::AlreadyExists(_), Dialect::Rpc) => {
                 ApiError::new(dialect, StatusCode::CONFLICT, message)
             }
             (CoreError::ResourceExhausted(_), _) => {
-                let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message)
-                    .with_code("resource_exhausted");
+                let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message);
+                if dialect == Dialect::Locks {
+                    e = e.with_code(Code::Locks(LocksErrorCode::ResourceExhausted));
+                }
                 // Budgets free up as waits end and locks go; a second is a fair pause.
                 e.retry_after = Some(1);
                 e
@@ -170,10 +190,18 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = match self.dialect {
-            Dialect::Locks => json!({ "error": self.message, "code": self.code }),
-            Dialect::Rpc => json!({ "code": self.code, "message": self.message }),
+            Dialect::Locks => Json(LocksError {
+                error: self.message,
+                code: self.code.to_string(),
+            })
+            .into_response(),
+            Dialect::Rpc => Json(RpcError {
+                code: self.code.to_string(),
+                message: self.message,
+            })
+            .into_response(),
         };
-        let mut resp = (self.status, Json(body)).into_response();
+        let mut resp = (self.status, body).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -48,8 +48,8 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// Whether sending `method path` twice gives the same state *and the same answer* as
 /// sending it once, so a follower may repeat it at a new leader when the first attempt's
-/// fate is unknown: reads; §4 renew and same-token acquire (the token names the lease, and
-/// re-acquiring keeps the fencing token) and force release; §5 refresh and acquire (the
+/// fate is unknown: reads; project-lock renew and same-token acquire (the token names the lease, and
+/// re-acquiring keeps the fencing token) and force release; hierarchical refresh and acquire (the
 /// forwarded call carries one waiter id, and re-acquire under a lease is idempotent).
 ///
 /// A write that carries the client's own request id is repeatable too (see `Call::new`):
@@ -282,7 +282,7 @@ impl Call {
     }
 }
 
-/// `timeout_seconds` of a §5 AcquireLock body (0 for any other request, or when absent).
+/// `timeout_seconds` of a hierarchical AcquireLock body (0 for any other request, or when absent).
 fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
     if !path.ends_with("/AcquireLock") {
         return 0;

@@ -67,7 +67,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientRequestId {
 }
 
 /// Whether `method path` is applied once per client request id: the writes whose repeat
-/// could change state or answer differently — §4 release and force release; §5 creates,
+/// could change state or answer differently — project-lock release and force release; hierarchical creates,
 /// updates, deletes, revoke and release. Not acquire, renew, `RefreshLockLease` or
 /// `AcquireLock`: they are already safe to repeat, and remembering them would let a client
 /// that reuses one id across renewals get a stale answer while its lease is not extended.
@@ -90,7 +90,7 @@ pub fn remembers(method: &Method, path: &str) -> bool {
     }
 }
 
-/// Whether `op` (a §5 write) is proposed under the client's id; see [`remembers`].
+/// Whether `op` (a hierarchical write) is proposed under the client's id; see [`remembers`].
 pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
     use raftlock_core::command::HierOp;
     !matches!(

@@ -1,4 +1,4 @@
-//! §4 project-lock routes. Handlers run on the leader (followers forward): authenticate,
+//! project-lock routes. Handlers run on the leader (followers forward): authenticate,
 //! count the request against the project's rate limit, validate, then propose or read.
 
 use axum::body::Body;
@@ -8,11 +8,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use raftlock_api::locks::{
+    HoldState, LeaseResponse, ListLocksQuery, LockList, LockStatus, LockSummary, TtlRequest,
+};
 use raftlock_core::command::LockAction;
 use raftlock_core::project_locks::LockRead;
 use raftlock_core::{validate, Nanos, Op, Reply};
-use serde::Deserialize;
-use serde_json::json;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -35,18 +36,6 @@ pub fn routes() -> Router<SharedNode> {
         .route("/locks", get(list))
 }
 
-/// Query of `GET /locks`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    /// Continue after this key (the `next` of the previous page).
-    #[serde(default)]
-    after: String,
-    /// Page size, 1–1000 (default 100).
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
 /// `GET /locks` (an extension of the project-lock API, for operators and the console): the
 /// project's locks in key order, each `{key, state: "held"|"grace", expires_at,
 /// fencing_token, holder}` where `holder` is the first 8 hex digits of the owner's token (a
@@ -54,7 +43,7 @@ struct ListQuery {
 /// blocking a new owner for the takeover grace. `next` continues the listing.
 async fn list(
     State(node): State<SharedNode>,
-    query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<axum::extract::Query<ListLocksQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let project = caller_project(&node, &headers)?;
@@ -63,37 +52,32 @@ async fn list(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request(D, "limit must be between 1 and 1000"));
     }
-    if !q.after.is_empty() {
-        check_key(&q.after)?;
+    let after = q.after.unwrap_or_default();
+    if !after.is_empty() {
+        check_key(&after)?;
     }
     let page = node
-        .linearizable(|sm, now| sm.list_locks(&project, &q.after, limit + 1, now))
+        .linearizable(|sm, now| sm.list_locks(&project, &after, limit + 1, now))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
     let more = page.len() > limit;
     let locks: Vec<_> = page
         .iter()
         .take(limit)
-        .map(|(key, lease, live)| {
-            json!({
-                "key": key,
-                "state": if *live { "held" } else { "grace" },
-                "expires_at": rfc3339_floor(lease.expires_at),
-                "fencing_token": lease.fencing_token,
-                "holder": format!("{:032x}", lease.token)[..8].to_string(),
-            })
+        .map(|(key, lease, live)| LockSummary {
+            key: key.clone(),
+            state: if *live {
+                HoldState::Held
+            } else {
+                HoldState::Grace
+            },
+            expires_at: rfc3339_floor(lease.expires_at),
+            fencing_token: lease.fencing_token,
+            holder: format!("{:032x}", lease.token)[..8].to_string(),
         })
         .collect();
-    let next = more
-        .then(|| locks.last().map(|l| l["key"].clone()))
-        .flatten();
-    Ok(Json(json!({ "locks": locks, "next": next })).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TtlBody {
-    ttl_seconds: u64,
+    let next = more.then(|| locks.last().map(|l| l.key.clone())).flatten();
+    Ok(Json(LockList { locks, next }).into_response())
 }
 
 /// RFC 3339 UTC, whole seconds rounded down (an owner never believes in a later expiry).
@@ -141,10 +125,10 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
         Reply::Lease {
             expires_at,
             fencing_token,
-        } => Ok(Json(json!({
-            "expires_at": rfc3339_floor(expires_at),
-            "fencing_token": fencing_token,
-        }))
+        } => Ok(Json(LeaseResponse {
+            expires_at: rfc3339_floor(expires_at),
+            fencing_token,
+        })
         .into_response()),
         other => Err(ApiError::new(
             D,
@@ -164,7 +148,7 @@ async fn lease_call(
     let project = caller_project(&node, &headers)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
-    let TtlBody { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
+    let TtlRequest { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
     // Not under the request id: acquire and renew are already safe to repeat (the token
     // names the lease), and a client that reused one id across renewals would otherwise get
@@ -263,18 +247,22 @@ async fn read(
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?
         .map_err(|e| ApiError::from_core(D, e))?;
-    Ok(match read {
-        LockRead::Free => Json(json!({ "held": false })).into_response(),
+    let status = match read {
+        LockRead::Free => LockStatus {
+            held: false,
+            expires_at: None,
+            fencing_token: None,
+        },
         LockRead::Held {
             expires_at,
             fencing_token,
-        } => Json(json!({
-            "held": true,
-            "expires_at": rfc3339_floor(expires_at),
-            "fencing_token": fencing_token,
-        }))
-        .into_response(),
-    })
+        } => LockStatus {
+            held: true,
+            expires_at: Some(rfc3339_floor(expires_at)),
+            fencing_token: Some(fencing_token),
+        },
+    };
+    Ok(Json(status).into_response())
 }
 
 #[cfg(test)]

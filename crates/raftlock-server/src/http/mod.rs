@@ -12,6 +12,7 @@
 //! - [`forward`]: sending a request to the leader within its one deadline.
 //! - [`wait`]: what a blocking acquire keeps across forwards, and its guards.
 //! - [`idempotency`]: client request ids on writes.
+//! - [`openapi`]: the OpenAPI document (`GET /openapi.json`), built from `raftlock-api`.
 //! - [`errors`]: the two error dialects and the one propose-and-map helper; [`body`]:
 //!   bounded reading and JSON decoding.
 
@@ -23,6 +24,7 @@ pub mod errors;
 pub mod forward;
 pub mod idempotency;
 pub mod locks;
+pub mod openapi;
 pub mod rpc;
 pub mod wait;
 
@@ -60,6 +62,7 @@ pub fn router(node: SharedNode) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(admin::local_routes())
         .merge(console::routes())
+        .merge(openapi::routes())
         .route(
             crate::handoff::CAMPAIGN_PATH,
             axum::routing::post(crate::handoff::campaign),
@@ -123,7 +126,7 @@ async fn method_not_allowed(req: Request) -> ApiError {
 async fn not_found(req: Request) -> ApiError {
     let d = Dialect::of_path(req.uri().path());
     if req.uri().path().starts_with("/locks/") {
-        // A §4 path that matches no route has a key with '/' (or none): invalid input.
+        // A project-lock path that matches no route has a key with '/' (or none): invalid input.
         let message = "key must be 1-128 characters of letters, digits, '.', '_', ':' or '-'";
         return ApiError::bad_request(d, message);
     }

@@ -1,11 +1,10 @@
-//! §5 hierarchical-lock RPCs: `POST /v1beta/{Method}` with the request message as JSON body.
+//! hierarchical-lock RPCs: `POST /v1beta/{Method}` with the request message as JSON body.
 //!
 //! Handlers run on the leader. Writes are proposed through the log; reads are linearizable.
 //! A blocking `AcquireLock` joins the lock's replicated FIFO queue and waits on the server;
 //! the apply that frees the lock grants it to the head waiter(s), and the waiting call sees
 //! the grant on the next applied index — no polling tick.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,6 +13,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use raftlock_api::hierarchy::{
+    AcquireLockRequest, CreateLockLeaseRequest, CreateNamespaceRequest, EmptyResponse,
+    LeaseRequest, ListLockLeasesRequest, ListLockLeasesResponse, ListLocksRequest,
+    ListLocksResponse, ListNamespacesRequest, ListNamespacesResponse, ListWaitersRequest,
+    ListWaitersResponse, LockLeaseResponse, LockRequest, LockResponse, NamespaceRequest,
+    NamespaceResponse, RefreshLockLeaseRequest, ReleaseLockRequest, UpdateNamespaceRequest, Waiter,
+};
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
@@ -21,8 +27,7 @@ use raftlock_core::hierarchy::{
 use raftlock_core::{validate, CoreError, Op, Reply};
 use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::errors::{ApiError, Dialect};
 use super::idempotency::ClientRequestId;
@@ -36,59 +41,9 @@ pub fn routes() -> Router<SharedNode> {
     Router::new().route("/v1beta/{method}", post(dispatch))
 }
 
-type Meta = BTreeMap<String, String>;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NamespaceReq {
-    #[serde(alias = "namespace_name")]
-    name: String,
-    #[serde(default)]
-    description: String,
-    #[serde(default)]
-    metadata: Meta,
-    #[serde(default)]
-    expected_version: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListReq {
-    #[serde(default)]
-    namespace_name: String,
-    #[serde(default)]
-    limit: u32,
-    #[serde(default)]
-    pagination_token: String,
-    #[serde(default)]
-    process_id: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LeaseReq {
-    namespace_name: String,
-    #[serde(default)]
-    lease_id: String,
-    #[serde(default)]
-    process_id: String,
-    #[serde(default)]
-    ttl_seconds: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LockReq {
-    namespace_name: String,
-    lock_name: String,
-    #[serde(default)]
-    lease_id: String,
-    #[serde(default)]
-    exclusive: bool,
-    #[serde(default)]
-    timeout_seconds: u64,
-    #[serde(default)]
-    metadata: Meta,
+/// The answer message as JSON.
+fn reply<T: Serialize>(message: T) -> Response {
+    Json(message).into_response()
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -128,25 +83,25 @@ async fn dispatch(
         request_id,
     };
     let answer = match method.as_str() {
-        "CreateNamespace" => call.create_namespace(parse(&bytes)?).await?,
-        "GetNamespace" => call.get_namespace(parse(&bytes)?).await?,
-        "UpdateNamespace" => call.update_namespace(parse(&bytes)?).await?,
-        "DeleteNamespace" => call.delete_namespace(parse(&bytes)?).await?,
-        "ListNamespaces" => call.list_namespaces(parse(&bytes)?).await?,
-        "CreateLockLease" => call.create_lease(parse(&bytes)?).await?,
-        "RefreshLockLease" => call.refresh_lease(parse(&bytes)?).await?,
-        "RevokeLockLease" => call.revoke_lease(parse(&bytes)?).await?,
-        "GetLockLease" => call.get_lease(parse(&bytes)?).await?,
-        "ListLockLeases" => call.list_leases(parse(&bytes)?).await?,
-        "AcquireLock" => call.acquire(parse(&bytes)?, ctx).await?,
-        "ReleaseLock" => call.release(parse(&bytes)?).await?,
-        "GetLock" => call.get_lock(parse(&bytes)?).await?,
-        "DeleteLock" => call.delete_lock(parse(&bytes)?).await?,
-        "ListLocks" => call.list_locks(parse(&bytes)?).await?,
+        "CreateNamespace" => reply(call.create_namespace(parse(&bytes)?).await?),
+        "GetNamespace" => reply(call.get_namespace(parse(&bytes)?).await?),
+        "UpdateNamespace" => reply(call.update_namespace(parse(&bytes)?).await?),
+        "DeleteNamespace" => reply(call.delete_namespace(parse(&bytes)?).await?),
+        "ListNamespaces" => reply(call.list_namespaces(parse(&bytes)?).await?),
+        "CreateLockLease" => reply(call.create_lease(parse(&bytes)?).await?),
+        "RefreshLockLease" => reply(call.refresh_lease(parse(&bytes)?).await?),
+        "RevokeLockLease" => reply(call.revoke_lease(parse(&bytes)?).await?),
+        "GetLockLease" => reply(call.get_lease(parse(&bytes)?).await?),
+        "ListLockLeases" => reply(call.list_leases(parse(&bytes)?).await?),
+        "AcquireLock" => reply(call.acquire(parse(&bytes)?, ctx).await?),
+        "ReleaseLock" => reply(call.release(parse(&bytes)?).await?),
+        "GetLock" => reply(call.get_lock(parse(&bytes)?).await?),
+        "DeleteLock" => reply(call.delete_lock(parse(&bytes)?).await?),
+        "ListLocks" => reply(call.list_locks(parse(&bytes)?).await?),
         // raftlock's extension: the queued blocking acquires of a namespace.
-        "ListWaiters" => call.list_waiters(parse(&bytes)?).await?,
+        "ListWaiters" => reply(call.list_waiters(parse(&bytes)?).await?),
         // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
-        // found".
+        // found". (`METHODS` lists the arms above; the OpenAPI drift test checks they agree.)
         other => {
             return Err(ApiError::new(
                 D,
@@ -155,7 +110,7 @@ async fn dispatch(
             ))
         }
     };
-    Ok(Json(answer).into_response())
+    Ok(answer)
 }
 
 /// One authenticated call: the node and the caller's project.
@@ -192,7 +147,10 @@ impl Call {
         result.map_err(core)
     }
 
-    async fn create_namespace(&self, r: NamespaceReq) -> Result<Value, ApiError> {
+    async fn create_namespace(
+        &self,
+        r: CreateNamespaceRequest,
+    ) -> Result<NamespaceResponse, ApiError> {
         let op = HierOp::CreateNamespace {
             name: r.name,
             description: r.description,
@@ -201,14 +159,19 @@ impl Call {
         namespace_answer(self.write(op).await?)
     }
 
-    async fn get_namespace(&self, r: NamespaceReq) -> Result<Value, ApiError> {
-        let ns = self.read(|h, p, _| h.get_namespace(p, &r.name)).await?;
-        Ok(json!({ "namespace": ns }))
+    async fn get_namespace(&self, r: NamespaceRequest) -> Result<NamespaceResponse, ApiError> {
+        let namespace = self
+            .read(|h, p, _| h.get_namespace(p, &r.namespace_name))
+            .await?;
+        Ok(NamespaceResponse { namespace })
     }
 
-    async fn update_namespace(&self, r: NamespaceReq) -> Result<Value, ApiError> {
+    async fn update_namespace(
+        &self,
+        r: UpdateNamespaceRequest,
+    ) -> Result<NamespaceResponse, ApiError> {
         let op = HierOp::UpdateNamespace {
-            name: r.name,
+            name: r.namespace_name,
             description: r.description,
             metadata: r.metadata,
             expected_version: r.expected_version,
@@ -216,21 +179,29 @@ impl Call {
         namespace_answer(self.write(op).await?)
     }
 
-    async fn delete_namespace(&self, r: NamespaceReq) -> Result<Value, ApiError> {
-        self.write(HierOp::DeleteNamespace { name: r.name }).await?;
-        Ok(json!({}))
+    async fn delete_namespace(&self, r: NamespaceRequest) -> Result<EmptyResponse, ApiError> {
+        self.write(HierOp::DeleteNamespace {
+            name: r.namespace_name,
+        })
+        .await?;
+        Ok(EmptyResponse {})
     }
 
-    async fn list_namespaces(&self, r: ListReq) -> Result<Value, ApiError> {
-        let (items, next, prev) = self
+    async fn list_namespaces(
+        &self,
+        r: ListNamespacesRequest,
+    ) -> Result<ListNamespacesResponse, ApiError> {
+        let (namespaces, next, prev) = self
             .read(|h, p, _| h.list_namespaces(p, &r.pagination_token, r.limit))
             .await?;
-        Ok(
-            json!({ "namespaces": items, "next_pagination_token": next, "previous_pagination_token": prev }),
-        )
+        Ok(ListNamespacesResponse {
+            namespaces,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
     }
 
-    async fn create_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
+    async fn create_lease(&self, r: CreateLockLeaseRequest) -> Result<LockLeaseResponse, ApiError> {
         let op = HierOp::CreateLease {
             namespace: r.namespace_name,
             lease_id: new_lease_id(),
@@ -240,7 +211,10 @@ impl Call {
         lease_answer(self.write(op).await?)
     }
 
-    async fn refresh_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
+    async fn refresh_lease(
+        &self,
+        r: RefreshLockLeaseRequest,
+    ) -> Result<LockLeaseResponse, ApiError> {
         let op = HierOp::RefreshLease {
             namespace: r.namespace_name,
             lease_id: r.lease_id,
@@ -249,24 +223,27 @@ impl Call {
         lease_answer(self.write(op).await?)
     }
 
-    async fn revoke_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
+    async fn revoke_lease(&self, r: LeaseRequest) -> Result<EmptyResponse, ApiError> {
         self.write(HierOp::RevokeLease {
             namespace: r.namespace_name,
             lease_id: r.lease_id,
         })
         .await?;
-        Ok(json!({}))
+        Ok(EmptyResponse {})
     }
 
-    async fn get_lease(&self, r: LeaseReq) -> Result<Value, ApiError> {
+    async fn get_lease(&self, r: LeaseRequest) -> Result<LockLeaseResponse, ApiError> {
         let lease = self
             .read(|h, p, now| h.get_lease(p, &r.namespace_name, &r.lease_id, now))
             .await?;
-        Ok(json!({ "lease": lease }))
+        Ok(LockLeaseResponse { lease })
     }
 
-    async fn list_leases(&self, r: ListReq) -> Result<Value, ApiError> {
-        let (items, next, prev) = self
+    async fn list_leases(
+        &self,
+        r: ListLockLeasesRequest,
+    ) -> Result<ListLockLeasesResponse, ApiError> {
+        let (leases, next, prev) = self
             .read(|h, p, now| {
                 h.list_leases(
                     p,
@@ -278,68 +255,80 @@ impl Call {
                 )
             })
             .await?;
-        Ok(
-            json!({ "leases": items, "next_pagination_token": next, "previous_pagination_token": prev }),
-        )
+        Ok(ListLockLeasesResponse {
+            leases,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
     }
 
-    async fn release(&self, r: LockReq) -> Result<Value, ApiError> {
+    async fn release(&self, r: ReleaseLockRequest) -> Result<LockResponse, ApiError> {
         let op = HierOp::ReleaseLock {
             namespace: r.namespace_name,
             lock_name: r.lock_name,
             lease_id: r.lease_id,
         };
         match self.write(op).await? {
-            Reply::Lock(lock) => Ok(json!({ "lock": lock })),
+            Reply::Lock(lock) => Ok(LockResponse { lock }),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn delete_lock(&self, r: LockReq) -> Result<Value, ApiError> {
+    async fn delete_lock(&self, r: LockRequest) -> Result<EmptyResponse, ApiError> {
         self.write(HierOp::DeleteLock {
             namespace: r.namespace_name,
             lock_name: r.lock_name,
         })
         .await?;
-        Ok(json!({}))
+        Ok(EmptyResponse {})
     }
 
-    async fn get_lock(&self, r: LockReq) -> Result<Value, ApiError> {
+    async fn get_lock(&self, r: LockRequest) -> Result<LockResponse, ApiError> {
         let lock = self
             .read(|h, p, now| h.get_lock(p, &r.namespace_name, &r.lock_name, now))
             .await?;
-        Ok(json!({ "lock": lock }))
+        Ok(LockResponse { lock })
     }
 
-    async fn list_locks(&self, r: ListReq) -> Result<Value, ApiError> {
-        let (items, next, prev) = self
+    async fn list_locks(&self, r: ListLocksRequest) -> Result<ListLocksResponse, ApiError> {
+        let (locks, next, prev) = self
             .read(|h, p, now| h.list_locks(p, &r.namespace_name, &r.pagination_token, r.limit, now))
             .await?;
-        Ok(
-            json!({ "locks": items, "next_pagination_token": next, "previous_pagination_token": prev }),
-        )
+        Ok(ListLocksResponse {
+            locks,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
     }
 
-    /// `{"waiters": [{"lock_name", "lease_id", "exclusive", "position"}]}`, position 1 being
-    /// the head of its lock's queue.
-    async fn list_waiters(&self, r: ListReq) -> Result<Value, ApiError> {
+    /// The queued acquires of a namespace, position 1 being the head of its lock's queue.
+    async fn list_waiters(&self, r: ListWaitersRequest) -> Result<ListWaitersResponse, ApiError> {
         let items = self
             .read(|h, p, _| h.list_waiters(p, &r.namespace_name))
             .await?;
         let mut position = 0;
         let mut last_lock = String::new();
-        let waiters: Vec<Value> = items
+        let waiters = items
             .into_iter()
-            .map(|(lock, lease, exclusive)| {
-                position = if lock == last_lock { position + 1 } else { 1 };
-                last_lock.clone_from(&lock);
-                json!({ "lock_name": lock, "lease_id": lease, "exclusive": exclusive, "position": position })
+            .map(|(lock_name, lease_id, exclusive)| {
+                position = if lock_name == last_lock {
+                    position + 1
+                } else {
+                    1
+                };
+                last_lock.clone_from(&lock_name);
+                Waiter {
+                    lock_name,
+                    lease_id,
+                    exclusive,
+                    position,
+                }
             })
             .collect();
-        Ok(json!({ "waiters": waiters }))
+        Ok(ListWaitersResponse { waiters })
     }
 
-    fn acquire_op(r: &LockReq, wait: Option<WaitSpec>) -> HierOp {
+    fn acquire_op(r: &AcquireLockRequest, wait: Option<WaitSpec>) -> HierOp {
         HierOp::AcquireLock {
             namespace: r.namespace_name.clone(),
             lock_name: r.lock_name.clone(),
@@ -352,7 +341,7 @@ impl Call {
 
     async fn try_acquire(
         &self,
-        r: &LockReq,
+        r: &AcquireLockRequest,
         wait: Option<WaitSpec>,
     ) -> Result<AcquireReply, ApiError> {
         match self.write(Self::acquire_op(r, wait)).await? {
@@ -365,7 +354,11 @@ impl Call {
     /// replicated FIFO queue; a release hands the lock over in the same apply, and this call
     /// notices on the next applied index. At the deadline it proposes a cancel and answers
     /// from that result, so it never answers TIMED_OUT for a lock it was granted.
-    async fn acquire(&self, r: LockReq, ctx: WaitContext) -> Result<Value, ApiError> {
+    async fn acquire(
+        &self,
+        r: AcquireLockRequest,
+        ctx: WaitContext,
+    ) -> Result<AcquireReply, ApiError> {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
         // Judge the deadline on the state machine's clock (never behind applied time), the
         // clock the replicated queue uses to drop expired waiters.
@@ -379,7 +372,7 @@ impl Call {
             deadline,
         });
         let Some(spec) = wait else {
-            return Ok(json!(self.try_acquire(&r, None).await?));
+            return self.try_acquire(&r, None).await;
         };
         // Refused for its shape or a full waiting budget before the cancel guard is armed:
         // such a call writes nothing (apply checks the budget again).
@@ -422,7 +415,7 @@ impl Call {
         };
         if first.outcome == AcquireOutcome::Acquired {
             guard.disarm();
-            return Ok(json!(first));
+            return Ok(first);
         }
         let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
         let granted = self
@@ -436,14 +429,14 @@ impl Call {
             },
         };
         guard.disarm();
-        Ok(json!(reply))
+        Ok(reply)
     }
 
     /// Follows the waiter on the applied state until it is granted (`Some`), dropped or the
     /// deadline passes (`None`); a lease or namespace that disappears ends the wait.
     async fn wait_in_queue(
         &self,
-        r: &LockReq,
+        r: &AcquireLockRequest,
         waiter_id: &str,
         deadline: tokio::time::Instant,
     ) -> Result<Option<AcquireReply>, ApiError> {
@@ -518,16 +511,16 @@ fn unexpected(reply: Reply) -> ApiError {
     )
 }
 
-fn namespace_answer(reply: Reply) -> Result<Value, ApiError> {
+fn namespace_answer(reply: Reply) -> Result<NamespaceResponse, ApiError> {
     match reply {
-        Reply::Namespace(ns) => Ok(json!({ "namespace": ns })),
+        Reply::Namespace(namespace) => Ok(NamespaceResponse { namespace }),
         other => Err(unexpected(other)),
     }
 }
 
-fn lease_answer(reply: Reply) -> Result<Value, ApiError> {
+fn lease_answer(reply: Reply) -> Result<LockLeaseResponse, ApiError> {
     match reply {
-        Reply::LockLease(lease) => Ok(json!({ "lease": lease })),
+        Reply::LockLease(lease) => Ok(LockLeaseResponse { lease }),
         other => Err(unexpected(other)),
     }
 }
