@@ -931,7 +931,10 @@ impl Driver {
                         "release" => api.release("nq", &t).await,
                         "force release" => api.force_release("nq").await,
                         "AcquireLock" => api.rpc("AcquireLock", lock).await,
-                        "GetLock" => api.rpc("GetLock", lock).await,
+                        "GetLock" => {
+                            let name = json!({ "namespace_name": NAMESPACE, "lock_name": "a" });
+                            api.rpc("GetLock", name).await
+                        }
                         _ => {
                             let lease = json!({ "namespace_name": NAMESPACE, "process_id": "nq", "ttl_seconds": 10 });
                             api.rpc("CreateLockLease", lease).await

@@ -10,8 +10,8 @@ use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
-use crate::tenancy::{KeyRecord, ProjectSettings, ProjectView};
-use crate::{validate, Nanos};
+use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
+use crate::Nanos;
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,24 +169,20 @@ impl StateMachine {
     fn apply_op(&mut self, op: &Op, t: Nanos) -> Outcome {
         match op {
             Op::Tick => Ok(Reply::Done),
-            Op::CreateProject { name } => self.create_project(name, t),
+            Op::CreateProject { name } => {
+                tenancy::create_project(&mut self.projects, name, t).map(Reply::Project)
+            }
             Op::UpdateProject {
                 name,
                 lock_ops_per_minute,
                 hier_ops_per_minute,
-            } => {
-                let p = self
-                    .projects
-                    .get_mut(name)
-                    .ok_or(CoreError::NotFound("project".into()))?;
-                if let Some(n) = lock_ops_per_minute {
-                    p.lock_ops_per_minute = *n;
-                }
-                if let Some(n) = hier_ops_per_minute {
-                    p.hier_ops_per_minute = *n;
-                }
-                Ok(Reply::Project(p.view(name)))
-            }
+            } => tenancy::update_project(
+                &mut self.projects,
+                name,
+                *lock_ops_per_minute,
+                *hier_ops_per_minute,
+            )
+            .map(Reply::Project),
             Op::CreateKey {
                 project,
                 key_id,
@@ -194,34 +190,17 @@ impl StateMachine {
                 scopes,
                 secret_hash,
             } => {
-                if self.key_index.contains_key(key_id) {
-                    return Err(CoreError::AlreadyExists("key".into()));
-                }
-                let p = self
-                    .projects
-                    .get_mut(project)
-                    .ok_or(CoreError::NotFound("project".into()))?;
-                let record = KeyRecord {
-                    key_id: key_id.clone(),
+                let key = tenancy::NewKey {
+                    key_id,
                     kind: *kind,
-                    scopes: scopes.clone(),
+                    scopes,
                     secret_hash: *secret_hash,
-                    revoked: false,
-                    created_at: t,
                 };
-                let view = record.view(project);
-                p.keys.insert(key_id.clone(), record);
-                self.key_index.insert(key_id.clone(), project.clone());
-                Ok(Reply::Key(view))
+                tenancy::create_key(&mut self.projects, &mut self.key_index, project, key, t)
+                    .map(Reply::Key)
             }
             Op::RevokeKey { project, key_id } => {
-                let key = self
-                    .projects
-                    .get_mut(project)
-                    .and_then(|p| p.keys.get_mut(key_id))
-                    .ok_or(CoreError::NotFound("key".into()))?;
-                key.revoked = true;
-                Ok(Reply::Key(key.view(project)))
+                tenancy::revoke_key(&mut self.projects, project, key_id).map(Reply::Key)
             }
             Op::ProjectLock {
                 project,
@@ -250,17 +229,6 @@ impl StateMachine {
         self.request_ids
             .remember(&project, request_id, fingerprint, &outcome, t);
         outcome
-    }
-
-    fn create_project(&mut self, name: &str, t: Nanos) -> Outcome {
-        validate::simple_name("name", name)?;
-        if self.projects.contains_key(name) {
-            return Err(CoreError::AlreadyExists("project".into()));
-        }
-        let settings = ProjectSettings::new(t);
-        let view = settings.view(name);
-        self.projects.insert(name.to_string(), settings);
-        Ok(Reply::Project(view))
     }
 
     fn apply_lock(&mut self, project: &str, key: &str, action: &LockAction, t: Nanos) -> Outcome {

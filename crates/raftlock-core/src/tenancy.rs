@@ -1,4 +1,5 @@
-//! Tenancy: projects and their API keys.
+//! Tenancy: projects and their API keys — the records, what a key may do, and the tenancy
+//! commands (create/update project, create/revoke key) as the machine applies them.
 //!
 //! A key's secret is never stored: the server hashes it (SHA-256) before proposing, and
 //! authentication compares hashes in constant time.
@@ -7,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Nanos;
+use crate::error::CoreError;
+use crate::{validate, Nanos};
 
 /// Default project-lock rate limit: requests per project per fixed clock minute.
 pub const DEFAULT_LOCK_OPS_PER_MINUTE: u32 = 600;
@@ -90,6 +92,98 @@ impl ProjectSettings {
             keys: self.keys.values().map(|k| k.view(name)).collect(),
         }
     }
+}
+
+// ---- the tenancy commands, as the machine applies them ----------------------------------
+
+/// Every project by name (a field of the machine).
+type Projects = BTreeMap<String, ProjectSettings>;
+
+/// `CreateProject`: a new tenant with the default rate limits.
+pub fn create_project(
+    projects: &mut Projects,
+    name: &str,
+    t: Nanos,
+) -> Result<ProjectView, CoreError> {
+    validate::simple_name("name", name)?;
+    if projects.contains_key(name) {
+        return Err(CoreError::AlreadyExists("project".into()));
+    }
+    let settings = ProjectSettings::new(t);
+    let view = settings.view(name);
+    projects.insert(name.to_string(), settings);
+    Ok(view)
+}
+
+/// `UpdateProject`: per-project rate limits; `None` keeps a setting.
+pub fn update_project(
+    projects: &mut Projects,
+    name: &str,
+    lock_ops_per_minute: Option<u32>,
+    hier_ops_per_minute: Option<u32>,
+) -> Result<ProjectView, CoreError> {
+    let p = projects
+        .get_mut(name)
+        .ok_or(CoreError::NotFound("project".into()))?;
+    if let Some(n) = lock_ops_per_minute {
+        p.lock_ops_per_minute = n;
+    }
+    if let Some(n) = hier_ops_per_minute {
+        p.hier_ops_per_minute = n;
+    }
+    Ok(p.view(name))
+}
+
+/// The parts of a `CreateKey` command.
+pub struct NewKey<'a> {
+    pub key_id: &'a str,
+    pub kind: KeyKind,
+    pub scopes: &'a [String],
+    /// SHA-256 of the secret; the secret itself never reaches the state.
+    pub secret_hash: [u8; 32],
+}
+
+/// `CreateKey`: registers a key under its project; `key_index` finds the project by key id.
+pub fn create_key(
+    projects: &mut Projects,
+    key_index: &mut BTreeMap<String, String>,
+    project: &str,
+    key: NewKey<'_>,
+    t: Nanos,
+) -> Result<KeyView, CoreError> {
+    validate::key_scopes(key.scopes)?;
+    if key_index.contains_key(key.key_id) {
+        return Err(CoreError::AlreadyExists("key".into()));
+    }
+    let p = projects
+        .get_mut(project)
+        .ok_or(CoreError::NotFound("project".into()))?;
+    let record = KeyRecord {
+        key_id: key.key_id.to_string(),
+        kind: key.kind,
+        scopes: key.scopes.to_vec(),
+        secret_hash: key.secret_hash,
+        revoked: false,
+        created_at: t,
+    };
+    let view = record.view(project);
+    p.keys.insert(key.key_id.to_string(), record);
+    key_index.insert(key.key_id.to_string(), project.to_string());
+    Ok(view)
+}
+
+/// `RevokeKey`: the key stays listed, revoked; it stops authenticating once applied.
+pub fn revoke_key(
+    projects: &mut Projects,
+    project: &str,
+    key_id: &str,
+) -> Result<KeyView, CoreError> {
+    let key = projects
+        .get_mut(project)
+        .and_then(|p| p.keys.get_mut(key_id))
+        .ok_or(CoreError::NotFound("key".into()))?;
+    key.revoked = true;
+    Ok(key.view(project))
 }
 
 #[cfg(test)]

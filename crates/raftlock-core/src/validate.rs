@@ -135,6 +135,22 @@ pub fn metadata(meta: &BTreeMap<String, String>) -> Result {
     Ok(())
 }
 
+/// Most scopes a key may carry.
+pub const MAX_SCOPES: usize = 32;
+/// Longest scope, in bytes.
+pub const MAX_SCOPE: usize = 64;
+
+/// A key's scopes: at most 32 of 1–64 bytes.
+pub fn key_scopes(scopes: &[String]) -> Result {
+    if scopes.len() > MAX_SCOPES || scopes.iter().any(|s| s.is_empty() || s.len() > MAX_SCOPE) {
+        return Err(CoreError::invalid(
+            "scopes",
+            "at most 32 entries of 1-64 characters",
+        ));
+    }
+    Ok(())
+}
+
 /// Waiter ids chosen by the proposer: 1–64 printable ASCII characters.
 pub fn waiter_id(id: &str) -> Result {
     if id.is_empty() || id.len() > 64 || !id.chars().all(|c| c.is_ascii_graphic()) {
@@ -146,7 +162,7 @@ pub fn waiter_id(id: &str) -> Result {
     Ok(())
 }
 
-/// hierarchical namespace description: up to 1024 bytes.
+/// Hierarchical namespace description: up to 1024 bytes.
 pub fn description(text: &str) -> Result {
     if text.len() > MAX_DESCRIPTION {
         return Err(CoreError::invalid(
@@ -157,7 +173,7 @@ pub fn description(text: &str) -> Result {
     Ok(())
 }
 
-/// hierarchical page size: 0–100, where 0 means 100. Returns the effective size.
+/// Hierarchical page size: 0–250, where 0 means 100. Returns the effective size.
 pub fn page_limit(limit: u32) -> Result<usize> {
     match limit {
         0 => Ok(DEFAULT_PAGE as usize),

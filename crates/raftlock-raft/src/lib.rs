@@ -18,7 +18,8 @@
 //! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
 //!   builds and persists snapshots, and exposes the applied state to readers.
 //! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
-//! - [`config`]: [`recommended_config`], the Raft timing and snapshot policy raftlock runs with.
+//! - [`config`]: [`raft_config`], the one openraft configuration (timing, snapshot policy,
+//!   payload bounds) raftlock runs with.
 //! - [`backup`]: backup files (the state at a committed index) and restoring them into the
 //!   data directories of a new cluster.
 //! - [`waiters`]: [`WaiterBoard`], which wakes exactly the blocking calls whose waiter left
@@ -47,7 +48,7 @@ mod crash_tests;
 #[cfg(test)]
 mod sim_fs;
 
-pub use config::recommended_config;
+pub use config::{raft_config, RaftTiming};
 pub use error::StoreError;
 pub use identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 pub use log_store::LogStore;

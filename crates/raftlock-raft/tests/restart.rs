@@ -9,7 +9,9 @@ use openraft::{
     BasicNode, CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder,
 };
 use raftlock_core::{Command, Op};
-use raftlock_raft::{open, recommended_config, Entry, LogId, Network, Raft, SharedState, Vote};
+use raftlock_raft::{
+    open, raft_config, Entry, LogId, Network, Raft, RaftTiming, SharedState, Vote,
+};
 
 fn log_id(term: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -115,7 +117,7 @@ async fn stores_recover_vote_logs_and_snapshot() {
 async fn start_single_node(dir: &std::path::Path) -> (Raft, SharedState) {
     let (log, sm) = open(dir).unwrap();
     let state = sm.shared();
-    let config = recommended_config("restart-test").unwrap();
+    let config = raft_config(&RaftTiming::default()).unwrap();
     let raft = Raft::new(1, config, Network::new("secret"), log, sm)
         .await
         .unwrap();

@@ -110,30 +110,16 @@ impl Node {
         let applied_rx = sm_store.subscribe_applied();
         let waiters = sm_store.waiter_board();
         let state = sm_store.shared();
-        let election_timing = crate::election::Timing {
-            lease: config.election_timeout * 3 / 2,
-            timeout_min: config.election_timeout,
+        let timing = raftlock_raft::RaftTiming {
+            heartbeat: config.heartbeat,
+            election_timeout: config.election_timeout,
+            snapshot_logs: config.snapshot_logs,
         };
-        let raft_config = openraft::Config {
-            cluster_name: "raftlock".into(),
-            heartbeat_interval: config.heartbeat.as_millis() as u64,
-            election_timeout_min: config.election_timeout.as_millis() as u64,
-            // openraft also uses the upper bound as the leader lease: a follower that heard
-            // from its leader within it refuses to vote, and campaigns only after the lease
-            // plus its own timeout (drawn once from [min, max)). With the defaults (250 ms,
-            // heartbeat 100 ms): a dead leader is replaced after 625–750 ms of silence (six
-            // missed heartbeats before anyone campaigns), and a hand-off (crate::handoff)
-            // waits at most one 375 ms lease.
-            election_timeout_max: election_timing.lease.as_millis() as u64,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
-            max_in_snapshot_log_to_keep: 1000,
-            install_snapshot_timeout: 10_000,
-            // With at most MAX_BATCH ops per entry this keeps one append well under the
-            // peers' 256 MiB RPC body limit, even for a follower catching up.
-            max_payload_entries: 32,
-            ..Default::default()
-        }
-        .validate()?;
+        let election_timing = crate::election::Timing {
+            lease: timing.leader_lease(),
+            timeout_min: timing.election_timeout,
+        };
+        let raft_config = raftlock_raft::raft_config(&timing)?;
         // Names this node on every peer RPC (x-raftlock-from), so a per-link fault proxy can
         // tell links apart (chaos suite).
         let log_reader = log_store.clone();
@@ -149,15 +135,9 @@ impl Node {
         .with_scheme(peer_scheme)
         .with_source(config.node_id)
         .with_identity(identity.clone());
-        let raft = Raft::new(
-            config.node_id,
-            Arc::new(raft_config),
-            network,
-            log_store,
-            sm_store,
-        )
-        .await
-        .context("starting raft")?;
+        let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
+            .await
+            .context("starting raft")?;
         clock.spawn_tasks(raft.clone(), state.clone(), applied_rx);
         let stamper = {
             let (raft, state, clock) = (raft.clone(), state.clone(), clock.clone());

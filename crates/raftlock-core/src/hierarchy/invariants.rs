@@ -30,7 +30,7 @@ impl Hierarchy {
                             return Err(format!("{name}: holder {id} not mirrored in its lease"));
                         }
                         for a in ancestors(name) {
-                            bump(&mut below, a, h.exclusive, true);
+                            bump(&mut below, a, h.exclusive, Change::Add);
                             if let Some(arec) = ns.locks.get(a) {
                                 if arec
                                     .holders

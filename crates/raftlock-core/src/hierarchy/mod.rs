@@ -40,7 +40,7 @@ use crate::error::CoreError;
 use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
 
-use namespace::{ancestors, bump, Counts, Lease, LockRecord, Namespace};
+use namespace::{ancestors, bump, Change, Counts, Lease, LockRecord, Namespace};
 pub use views::{
     AcquireOutcome, AcquireReply, ContentionReason, HolderView, LeaseView, LockState, LockView,
     NamespaceView, Quotas, WaitSpec, WaitState,

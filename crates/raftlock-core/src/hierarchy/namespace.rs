@@ -102,17 +102,23 @@ pub(super) fn ancestors(name: &str) -> impl Iterator<Item = &str> {
     name.match_indices('/').map(move |(i, _)| &name[..i])
 }
 
-pub(super) fn bump(map: &mut OrdMap<String, Counts>, path: &str, exclusive: bool, up: bool) {
+/// Whether a hold is being recorded or forgotten in the descendant indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    Add,
+    Remove,
+}
+
+pub(super) fn bump(map: &mut OrdMap<String, Counts>, path: &str, exclusive: bool, change: Change) {
     let c = map.entry(path.to_string()).or_default();
     let slot = if exclusive {
         &mut c.exclusive
     } else {
         &mut c.shared
     };
-    *slot = if up {
-        *slot + 1
-    } else {
-        slot.saturating_sub(1)
+    *slot = match change {
+        Change::Add => *slot + 1,
+        Change::Remove => slot.saturating_sub(1),
     };
     if *c == Counts::default() {
         map.remove(path);
@@ -263,20 +269,25 @@ impl Namespace {
     }
 
     /// Adds or removes one hold in both descendant indexes.
-    pub(super) fn index_hold(&mut self, lease_id: &str, name: &str, exclusive: bool, up: bool) {
+    pub(super) fn index_hold(
+        &mut self,
+        lease_id: &str,
+        name: &str,
+        exclusive: bool,
+        change: Change,
+    ) {
         let lease = self
             .leases
             .get_mut(lease_id)
             .expect("holder's lease exists");
         for a in ancestors(name) {
-            bump(&mut self.below, a, exclusive, up);
-            bump(&mut lease.below, a, exclusive, up);
+            bump(&mut self.below, a, exclusive, change);
+            bump(&mut lease.below, a, exclusive, change);
         }
-        if up {
-            lease.holds.insert(name.to_string(), exclusive);
-        } else {
-            lease.holds.remove(name);
-        }
+        match change {
+            Change::Add => lease.holds.insert(name.to_string(), exclusive),
+            Change::Remove => lease.holds.remove(name),
+        };
     }
 
     /// Removes `lease_id`'s hold on `name` (no-op when it holds nothing there).
@@ -292,7 +303,7 @@ impl Namespace {
             self.locks.remove(name);
         }
         self.restate(budget::holder_bytes(name, lease_id, &holder.metadata), 0);
-        self.index_hold(lease_id, name, holder.exclusive, false);
+        self.index_hold(lease_id, name, holder.exclusive, Change::Remove);
         self.pump_around(name, t);
     }
 
@@ -413,11 +424,11 @@ impl Namespace {
         let downgrade = previous == Some(true) && !exclusive;
         match previous {
             Some(was) if was != exclusive => {
-                self.index_hold(lease_id, name, was, false);
-                self.index_hold(lease_id, name, exclusive, true);
+                self.index_hold(lease_id, name, was, Change::Remove);
+                self.index_hold(lease_id, name, exclusive, Change::Add);
             }
             Some(_) => {}
-            None => self.index_hold(lease_id, name, exclusive, true),
+            None => self.index_hold(lease_id, name, exclusive, Change::Add),
         }
         let rec = self
             .locks

@@ -198,12 +198,8 @@ async fn create_key(
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let NewKeyRequest { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
-    if scopes.len() > 32 || scopes.iter().any(|s| s.is_empty() || s.len() > 64) {
-        return Err(ApiError::bad_request(
-            D,
-            "scopes: at most 32 entries of 1-64 characters",
-        ));
-    }
+    // Checked before proposing (apply checks again): a refused key writes nothing.
+    raftlock_core::validate::key_scopes(&scopes).map_err(|e| ApiError::from_core(D, e))?;
     let (key_id, secret) = generate_key();
     let op = Op::CreateKey {
         project,

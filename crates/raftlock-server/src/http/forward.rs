@@ -291,7 +291,7 @@ fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
         .ok()
         .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
         .unwrap_or(0)
-        .min(300)
+        .min(raftlock_core::validate::MAX_ACQUIRE_TIMEOUT)
 }
 
 /// Resolves once this node knows a leader at an address other than `addr`.

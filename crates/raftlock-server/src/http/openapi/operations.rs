@@ -1,0 +1,460 @@
+//! The route tables of the OpenAPI document: one entry per operation, described with the
+//! [`Op`] builder of the parent module.
+
+use serde_json::{json, Value};
+use utoipa::openapi::path::{HttpMethod, Operation};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::IntoParams;
+
+use super::{
+    key_param, lock_token_param, path_param, string_schema, Dialect, Op, TAG_ADMIN, TAG_HEALTH,
+    TAG_LOCKS, TAG_RPC,
+};
+use raftlock_api::locks;
+
+pub(super) fn project_lock_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
+    let ttl = json!({ "ttl_seconds": 60 });
+    vec![
+        (
+            "/locks/{key}/lease",
+            HttpMethod::Post,
+            Op::new(
+                TAG_LOCKS,
+                "acquireProjectLock",
+                "Acquire (or re-acquire) a lock",
+                Dialect::Locks,
+            )
+            .params([key_param(), lock_token_param()])
+            .body("TtlRequest", ttl.clone())
+            .ok(
+                200,
+                "Acquired: the lease's expiry and fencing token.",
+                "LeaseResponse",
+            )
+            .lock_errors(&[409])
+            .build(),
+        ),
+        (
+            "/locks/{key}/lease",
+            HttpMethod::Patch,
+            Op::new(
+                TAG_LOCKS,
+                "renewProjectLock",
+                "Renew the caller's lease",
+                Dialect::Locks,
+            )
+            .params([key_param(), lock_token_param()])
+            .body("TtlRequest", ttl)
+            .ok(
+                200,
+                "Renewed: the new expiry, the same fencing token.",
+                "LeaseResponse",
+            )
+            .lock_errors(&[409])
+            .build(),
+        ),
+        (
+            "/locks/{key}/lease",
+            HttpMethod::Delete,
+            Op::new(
+                TAG_LOCKS,
+                "releaseProjectLock",
+                "Release the caller's lease",
+                Dialect::Locks,
+            )
+            .params([key_param(), lock_token_param()])
+            .empty(204, "Released (also when the lock was absent).")
+            .lock_errors(&[409])
+            .build(),
+        ),
+        (
+            "/locks/{key}",
+            HttpMethod::Get,
+            Op::new(
+                TAG_LOCKS,
+                "readProjectLock",
+                "Read a lock (linearizable)",
+                Dialect::Locks,
+            )
+            .param(key_param())
+            .ok(
+                200,
+                "`held:false` means an acquire would succeed now.",
+                "LockStatus",
+            )
+            .lock_errors(&[])
+            .build(),
+        ),
+        (
+            "/locks/{key}",
+            HttpMethod::Delete,
+            Op::new(
+                TAG_LOCKS,
+                "forceReleaseProjectLock",
+                "Force-release a lock, whoever holds it",
+                Dialect::Locks,
+            )
+            .param(key_param())
+            .empty(204, "Released (also when absent).")
+            .lock_errors(&[])
+            .build(),
+        ),
+        (
+            "/locks",
+            HttpMethod::Get,
+            Op::new(
+                TAG_LOCKS,
+                "listProjectLocks",
+                "List the project's locks (extension)",
+                Dialect::Locks,
+            )
+            .params(locks::ListLocksQuery::into_params(|| None))
+            .ok(200, "One page, in key order.", "LockList")
+            .lock_errors(&[])
+            .build(),
+        ),
+    ]
+}
+
+/// The hierarchical methods: name, request schema, response schema, summary, example.
+pub(super) const RPC: &[(&str, &str, &str, &str)] = &[
+    (
+        "CreateNamespace",
+        "CreateNamespaceRequest",
+        "NamespaceResponse",
+        "Create a namespace (`already_exists` on a duplicate)",
+    ),
+    (
+        "GetNamespace",
+        "NamespaceRequest",
+        "NamespaceResponse",
+        "Get a namespace",
+    ),
+    (
+        "UpdateNamespace",
+        "UpdateNamespaceRequest",
+        "NamespaceResponse",
+        "Replace a namespace's description and metadata",
+    ),
+    (
+        "DeleteNamespace",
+        "NamespaceRequest",
+        "EmptyResponse",
+        "Delete a namespace and everything inside (absent: no error)",
+    ),
+    (
+        "ListNamespaces",
+        "ListNamespacesRequest",
+        "ListNamespacesResponse",
+        "List namespaces",
+    ),
+    (
+        "CreateLockLease",
+        "CreateLockLeaseRequest",
+        "LockLeaseResponse",
+        "Create a lease",
+    ),
+    (
+        "GetLockLease",
+        "LeaseRequest",
+        "LockLeaseResponse",
+        "Get a lease",
+    ),
+    (
+        "RefreshLockLease",
+        "RefreshLockLeaseRequest",
+        "LockLeaseResponse",
+        "Extend a lease and its locks",
+    ),
+    (
+        "RevokeLockLease",
+        "LeaseRequest",
+        "EmptyResponse",
+        "Revoke a lease, releasing its locks",
+    ),
+    (
+        "ListLockLeases",
+        "ListLockLeasesRequest",
+        "ListLockLeasesResponse",
+        "List leases",
+    ),
+    (
+        "AcquireLock",
+        "AcquireLockRequest",
+        "AcquireLockResponse",
+        "Acquire a lock, waiting up to timeout_seconds in its FIFO queue",
+    ),
+    (
+        "ReleaseLock",
+        "ReleaseLockRequest",
+        "LockResponse",
+        "Release a lease's hold on a lock",
+    ),
+    ("GetLock", "LockRequest", "LockResponse", "Get a lock"),
+    (
+        "DeleteLock",
+        "LockRequest",
+        "EmptyResponse",
+        "Delete a lock, dropping its holders and waiters",
+    ),
+    (
+        "ListLocks",
+        "ListLocksRequest",
+        "ListLocksResponse",
+        "List held locks",
+    ),
+    (
+        "ListWaiters",
+        "ListWaitersRequest",
+        "ListWaitersResponse",
+        "List queued acquires (extension)",
+    ),
+];
+
+fn rpc_example(method: &str) -> Value {
+    let ns = "billing";
+    let lease = "ls_3TqJ0e5rTzVvYpXcH1kA9bW2nLmQ";
+    match method {
+        "CreateNamespace" => {
+            json!({ "name": ns, "description": "billing workers", "metadata": { "team": "payments" } })
+        }
+        "UpdateNamespace" => {
+            json!({ "namespace_name": ns, "description": "billing workers", "metadata": {}, "expected_version": 1 })
+        }
+        "ListNamespaces" => json!({ "limit": 100, "pagination_token": "" }),
+        "CreateLockLease" => {
+            json!({ "namespace_name": ns, "process_id": "worker-7", "ttl_seconds": 30 })
+        }
+        "RefreshLockLease" => json!({ "namespace_name": ns, "lease_id": lease, "ttl_seconds": 30 }),
+        "GetLockLease" | "RevokeLockLease" => json!({ "namespace_name": ns, "lease_id": lease }),
+        "ListLockLeases" => {
+            json!({ "namespace_name": ns, "process_id": "", "limit": 100, "pagination_token": "" })
+        }
+        "AcquireLock" => {
+            json!({ "namespace_name": ns, "lock_name": "invoices/2026", "lease_id": lease, "exclusive": true, "timeout_seconds": 10, "metadata": {} })
+        }
+        "ReleaseLock" => {
+            json!({ "namespace_name": ns, "lock_name": "invoices/2026", "lease_id": lease })
+        }
+        "GetLock" | "DeleteLock" => json!({ "namespace_name": ns, "lock_name": "invoices/2026" }),
+        "ListLocks" => json!({ "namespace_name": ns, "limit": 100, "pagination_token": "" }),
+        _ => json!({ "namespace_name": ns }),
+    }
+}
+
+pub(super) fn hierarchical_operations() -> Vec<(String, HttpMethod, Operation)> {
+    RPC.iter()
+        .map(|&(method, request, response, summary)| {
+            let path = format!("/v1beta/{method}");
+            let op = Op::new(TAG_RPC, method, summary, Dialect::Rpc)
+                .body(request, rpc_example(method))
+                .ok(200, "The response message.", response)
+                .lock_errors(&[404, 409])
+                .build();
+            (path, HttpMethod::Post, op)
+        })
+        .collect()
+}
+
+pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
+    let project = || {
+        path_param(
+            "name",
+            "The project.",
+            string_schema(None, Some(1), Some(64)),
+        )
+    };
+    let admin = |id: &str, summary: &str| Op::new(TAG_ADMIN, id, summary, Dialect::Locks);
+    let common = [400, 401, 403, 413, 503];
+    let with = |extra: &[u16]| {
+        let mut v = common.to_vec();
+        v.extend_from_slice(extra);
+        v.sort_unstable();
+        v
+    };
+    vec![
+        (
+            "/admin/v1/projects",
+            HttpMethod::Post,
+            admin("createProject", "Create a project")
+                .body("NewProjectRequest", json!({ "name": "acme" }))
+                .ok(201, "Created.", "Project")
+                .errors(&with(&[409]))
+                .build(),
+        ),
+        (
+            "/admin/v1/projects",
+            HttpMethod::Get,
+            admin("listProjects", "List projects")
+                .ok(200, "Every project.", "ProjectList")
+                .errors(&with(&[]))
+                .build(),
+        ),
+        (
+            "/admin/v1/projects/{name}",
+            HttpMethod::Get,
+            admin("getProject", "Get a project")
+                .param(project())
+                .ok(200, "The project.", "Project")
+                .errors(&with(&[404]))
+                .build(),
+        ),
+        (
+            "/admin/v1/projects/{name}",
+            HttpMethod::Patch,
+            admin("updateProject", "Change a project's rate limits")
+                .param(project())
+                .body("ProjectPatch", json!({ "lock_ops_per_minute": 1200 }))
+                .ok(200, "The project as it is now.", "Project")
+                .errors(&with(&[404]))
+                .build(),
+        ),
+        (
+            "/admin/v1/projects/{name}/keys",
+            HttpMethod::Post,
+            admin("createKey", "Create a key (its secret is shown once)")
+                .param(project())
+                .body(
+                    "NewKeyRequest",
+                    json!({ "kind": "scoped", "scopes": ["locks.manage"] }),
+                )
+                .ok(
+                    201,
+                    "Created; `secret` is not stored and never shown again.",
+                    "NewKey",
+                )
+                .errors(&with(&[404]))
+                .build(),
+        ),
+        (
+            "/admin/v1/projects/{name}/keys/{key_id}",
+            HttpMethod::Delete,
+            admin("revokeKey", "Revoke a key")
+                .params([
+                    project(),
+                    path_param(
+                        "key_id",
+                        "The key's id.",
+                        string_schema(None, Some(1), None),
+                    ),
+                ])
+                .empty(204, "Revoked on every node once committed.")
+                .errors(&with(&[404]))
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster/learners",
+            HttpMethod::Post,
+            admin("addLearner", "Add a learner and wait for it to catch up")
+                .body(
+                    "NewLearnerRequest",
+                    json!({ "node_id": 4, "addr": "10.0.0.4:7001" }),
+                )
+                .ok(200, "Added and caught up.", "ClusterView")
+                .ok(202, "Added; still catching up.", "ClusterView")
+                .errors(&with(&[409]))
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster/voters",
+            HttpMethod::Put,
+            admin("changeVoters", "Replace the voter set")
+                .body("VotersRequest", json!({ "voters": [1, 2, 3] }))
+                .ok(200, "Changed.", "ClusterView")
+                .ok(202, "Accepted; still in progress.", "ClusterView")
+                .errors(&with(&[409]))
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster/leader",
+            HttpMethod::Post,
+            admin("moveLeader", "Hand leadership to another voter")
+                .body("MoveLeaderRequest", json!({ "node_id": 2 }))
+                .ok(200, "The new view.", "ClusterView")
+                .errors(&with(&[409]))
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster/nodes/{id}",
+            HttpMethod::Delete,
+            admin("removeNode", "Remove a node from the membership")
+                .param(path_param(
+                    "id",
+                    "The node id.",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0)),
+                ))
+                .ok(200, "Removed.", "ClusterView")
+                .ok(202, "Accepted; still in progress.", "ClusterView")
+                .errors(&with(&[409]))
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster",
+            HttpMethod::Get,
+            admin("clusterView", "This node's view of the cluster")
+                .ok(200, "The view.", "ClusterView")
+                .errors(&[401, 403])
+                .build(),
+        ),
+        (
+            "/admin/v1/cluster/status",
+            HttpMethod::Get,
+            admin("clusterStatus", "Every member's view and health")
+                .ok(200, "The members as probed by this node.", "ClusterHealth")
+                .errors(&[401, 403])
+                .build(),
+        ),
+        (
+            "/admin/v1/snapshot",
+            HttpMethod::Get,
+            admin(
+                "snapshot",
+                "Download a backup of the whole state (leader only)",
+            )
+            .text(
+                200,
+                "The backup file (`raftlock snapshot restore` reads it).",
+                "application/octet-stream",
+            )
+            .errors(&[401, 403, 503])
+            .build(),
+        ),
+    ]
+}
+
+pub(super) fn health_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
+    let op = |id: &str, summary: &str| Op::new(TAG_HEALTH, id, summary, Dialect::Locks).public();
+    vec![
+        (
+            "/healthz",
+            HttpMethod::Get,
+            op("healthz", "Liveness: the process serves HTTP")
+                .text(200, "`ok`.", "text/plain")
+                .build(),
+        ),
+        (
+            "/readyz",
+            HttpMethod::Get,
+            op("readyz", "Readiness: a member of a cluster with a leader")
+                .text(200, "`ready, leader N`.", "text/plain")
+                .text(503, "`not ready: no leader`.", "text/plain")
+                .build(),
+        ),
+        (
+            "/metrics",
+            HttpMethod::Get,
+            op("metrics", "Prometheus metrics")
+                .text(200, "Prometheus text format.", "text/plain")
+                .build(),
+        ),
+        (
+            "/openapi.json",
+            HttpMethod::Get,
+            op("openapi", "This document")
+                .text(200, "OpenAPI 3.1.", "application/json")
+                .build(),
+        ),
+    ]
+}
