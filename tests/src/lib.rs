@@ -9,9 +9,12 @@
 //! - `src/proxy.rs`: a per-link fault proxy for node-to-node traffic
 //!   ([`Cluster::start_behind_proxy`]).
 //! - `src/linearizability.rs`: a WGL linearizability checker and the project-lock register model.
-//! - `src/chaos.rs`: the chaos suite's fault plan, load, history and checker.
-//! - `tests/*.rs`: one suite per concern (project locks, failover, auth, validation, rate
-//!   limit, membership, hierarchical locks).
+//! - `src/chaos/`: the chaos suite — workers, fault plan and driver, history checkers.
+//! - `tests/*.rs`: one suite per concern (project locks, hierarchical locks, failover,
+//!   availability, auth, validation, rate limit, membership, durability, clock, TLS, backup,
+//!   console, OpenAPI, `raftlock dev`, the compose deployment, ...).
+//! - `python/`: the Python side of the OpenAPI tests (pinned tools, the generated-client
+//!   program).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -160,11 +160,11 @@ async fn a_log_grown_past_snapshot_bytes_is_snapshotted() -> Result<()> {
     let metadata: serde_json::Map<String, Value> = (0..32)
         .map(|i| (format!("{i:0>100}"), Value::String("v".repeat(250))))
         .collect();
-    for _ in 0..300 {
+    for version in 1..=300 {
         let r = locks
             .rpc(
                 "UpdateNamespace",
-                json!({ "name": "big", "description": "d", "metadata": metadata }),
+                json!({ "name": "big", "description": "d", "metadata": metadata, "expected_version": version }),
             )
             .await?;
         assert_eq!(r.status, 200, "{:?}", r.body);

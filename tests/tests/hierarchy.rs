@@ -256,6 +256,46 @@ async fn errors_use_grpc_codes() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!((ver.status, ver.code()), (400, "invalid_argument"));
+    // An update is always conditional (Grackle: versions start at 1, <= 0 is invalid):
+    // without expected_version, or with 0, it is refused and changes nothing.
+    let before = api
+        .rpc("GetNamespace", json!({ "namespace_name": "UserObjects" }))
+        .await?;
+    for blind in [
+        json!({ "namespace_name": "UserObjects", "description": "blind" }),
+        json!({ "namespace_name": "UserObjects", "description": "blind", "expected_version": 0 }),
+    ] {
+        let r = api.rpc("UpdateNamespace", blind).await?;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_argument"),
+            "{:?}",
+            r.body
+        );
+        assert!(r.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("expected_version"));
+    }
+    let after = api
+        .rpc("GetNamespace", json!({ "namespace_name": "UserObjects" }))
+        .await?;
+    assert_eq!(
+        before.body, after.body,
+        "a refused update changed the namespace"
+    );
+    let version = after.body["namespace"]["version"].as_u64().unwrap();
+    let updated = api
+        .rpc(
+            "UpdateNamespace",
+            json!({ "namespace_name": "UserObjects", "description": "x", "expected_version": version }),
+        )
+        .await?;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    assert_eq!(
+        updated.body["namespace"]["version"].as_u64(),
+        Some(version + 1)
+    );
     Ok(())
 }
 

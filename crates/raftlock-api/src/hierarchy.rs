@@ -196,7 +196,7 @@ pub struct NamespaceRequest {
 }
 
 /// `UpdateNamespace`: a full replacement of description and metadata, applied only when
-/// `expected_version` is the current version.
+/// `expected_version` (required) is the current version.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -216,8 +216,10 @@ pub struct UpdateNamespaceRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
     pub metadata: BTreeMap<String, String>,
-    /// The version the update is based on; a mismatch is `invalid_argument`.
+    /// Required: the version the update is based on (versions start at 1); a mismatch is
+    /// `invalid_argument` and changes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub expected_version: Option<u64>,
 }
 

@@ -124,7 +124,8 @@ impl Client {
             .await
     }
 
-    /// `UpdateNamespace` (mismatching `expected_version` → `invalid_argument`).
+    /// `UpdateNamespace`: `expected_version` is required (the version read last); absent or
+    /// mismatching → `invalid_argument`, nothing changes.
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
         let body = to_body(req);
         self.rpc_field("UpdateNamespace", body, Retry::Idempotent, "namespace")

@@ -42,6 +42,7 @@
 //!   [`HierLockGuard`] (one hierarchical lock under it).
 //! - [`election`]: [`Election`] — campaign, resign, observe the current leader's term.
 //! - [`admin`]: projects, keys, membership, the cluster view and per-node health.
+//! - `rfc3339`: reading the project-lock API's `expires_at`.
 //! - `rfc3339`: serde helpers for project-lock `expires_at`.
 
 #![warn(missing_docs)]

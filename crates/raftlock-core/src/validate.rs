@@ -135,6 +135,19 @@ pub fn metadata(meta: &BTreeMap<String, String>) -> Result {
     Ok(())
 }
 
+/// `UpdateNamespace`'s `expected_version`: required and at least 1 (versions start at 1), as
+/// Grackle documents it — an update is always conditional. Checked before proposing only:
+/// updates already in a log were applied without it and must replay the same.
+pub fn expected_version(version: Option<u64>) -> Result {
+    match version {
+        Some(v) if v >= 1 => Ok(()),
+        _ => Err(CoreError::invalid(
+            "expected_version",
+            "is required: the namespace's current version (versions start at 1)",
+        )),
+    }
+}
+
 /// Most scopes a key may carry.
 pub const MAX_SCOPES: usize = 32;
 /// Longest scope, in bytes.

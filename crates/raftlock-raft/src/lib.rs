@@ -24,6 +24,9 @@
 //!   data directories of a new cluster.
 //! - [`waiters`]: [`WaiterBoard`], which wakes exactly the blocking calls whose waiter left
 //!   its queue.
+//! - [`error`]: the storage error type.
+//! - `sim_fs` and `crash_tests` (tests only): a simulated disk that loses unsynced writes, and
+//!   random histories of writes and power losses run over it.
 
 // openraft's `StorageError`/`RPCError` are large by design and every trait method returns them;
 // boxing them in our helpers would only add conversions.

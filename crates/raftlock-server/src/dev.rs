@@ -130,12 +130,36 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     }
-    tokio::signal::ctrl_c().await.ok();
+    stop_requested().await;
     eprintln!("stopping nodes");
     for child in &mut children {
         child.kill().await.ok();
     }
     Ok(())
+}
+
+/// Ctrl-C, SIGTERM (`kill`, a supervisor) or SIGHUP (the terminal went away): without a
+/// handler the two signals would end this process at once and leave its nodes running.
+async fn stop_requested() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    let wait = |s: &mut Option<tokio::signal::unix::Signal>| {
+        let s = s.take();
+        async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = wait(&mut term) => {}
+        _ = wait(&mut hangup) => {}
+    }
 }
 
 /// Waits for a leader, then creates (or reuses) project `default` and a service-role key.

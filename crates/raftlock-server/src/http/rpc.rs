@@ -170,6 +170,7 @@ impl Call {
         &self,
         r: UpdateNamespaceRequest,
     ) -> Result<NamespaceResponse, ApiError> {
+        validate::expected_version(r.expected_version).map_err(core)?;
         let op = HierOp::UpdateNamespace {
             name: r.namespace_name,
             description: r.description,

@@ -1,7 +1,7 @@
 //! The route tables of the OpenAPI document: one entry per operation, described with the
 //! [`Op`] builder of the parent module.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use utoipa::openapi::path::{HttpMethod, Operation};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::IntoParams;
@@ -10,10 +10,10 @@ use super::{
     key_param, lock_token_param, path_param, string_schema, Dialect, Op, TAG_ADMIN, TAG_HEALTH,
     TAG_LOCKS, TAG_RPC,
 };
-use raftlock_api::locks;
+use raftlock_api::{admin, locks};
 
 pub(super) fn project_lock_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
-    let ttl = json!({ "ttl_seconds": 60 });
+    let ttl = example(&locks::TtlRequest { ttl_seconds: 60 });
     vec![
         (
             "/locks/{key}/lease",
@@ -211,34 +211,83 @@ pub(super) const RPC: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// An example body, from its message type (so it cannot drift from the schema).
+fn example<T: serde::Serialize>(message: &T) -> Value {
+    serde_json::to_value(message).expect("API messages serialize")
+}
+
+/// The example request of a method, built from its message type (so it cannot drift from
+/// the schema).
 fn rpc_example(method: &str) -> Value {
-    let ns = "billing";
-    let lease = "ls_3TqJ0e5rTzVvYpXcH1kA9bW2nLmQ";
+    use raftlock_api::hierarchy::*;
+    let ns = || "billing".to_string();
+    let lease = || "ls_3TqJ0e5rTzVvYpXcH1kA9bW2nLmQ".to_string();
+    let lock = || "invoices/2026".to_string();
     match method {
-        "CreateNamespace" => {
-            json!({ "name": ns, "description": "billing workers", "metadata": { "team": "payments" } })
-        }
-        "UpdateNamespace" => {
-            json!({ "namespace_name": ns, "description": "billing workers", "metadata": {}, "expected_version": 1 })
-        }
-        "ListNamespaces" => json!({ "limit": 100, "pagination_token": "" }),
-        "CreateLockLease" => {
-            json!({ "namespace_name": ns, "process_id": "worker-7", "ttl_seconds": 30 })
-        }
-        "RefreshLockLease" => json!({ "namespace_name": ns, "lease_id": lease, "ttl_seconds": 30 }),
-        "GetLockLease" | "RevokeLockLease" => json!({ "namespace_name": ns, "lease_id": lease }),
-        "ListLockLeases" => {
-            json!({ "namespace_name": ns, "process_id": "", "limit": 100, "pagination_token": "" })
-        }
-        "AcquireLock" => {
-            json!({ "namespace_name": ns, "lock_name": "invoices/2026", "lease_id": lease, "exclusive": true, "timeout_seconds": 10, "metadata": {} })
-        }
-        "ReleaseLock" => {
-            json!({ "namespace_name": ns, "lock_name": "invoices/2026", "lease_id": lease })
-        }
-        "GetLock" | "DeleteLock" => json!({ "namespace_name": ns, "lock_name": "invoices/2026" }),
-        "ListLocks" => json!({ "namespace_name": ns, "limit": 100, "pagination_token": "" }),
-        _ => json!({ "namespace_name": ns }),
+        "CreateNamespace" => example(&CreateNamespaceRequest {
+            name: ns(),
+            description: "billing workers".into(),
+            metadata: [("team".to_string(), "payments".to_string())].into(),
+        }),
+        "GetNamespace" | "DeleteNamespace" => example(&NamespaceRequest {
+            namespace_name: ns(),
+        }),
+        "UpdateNamespace" => example(&UpdateNamespaceRequest {
+            namespace_name: ns(),
+            description: "billing workers".into(),
+            metadata: Default::default(),
+            expected_version: Some(1),
+        }),
+        "ListNamespaces" => example(&ListNamespacesRequest {
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "CreateLockLease" => example(&CreateLockLeaseRequest {
+            namespace_name: ns(),
+            process_id: "worker-7".into(),
+            ttl_seconds: 30,
+        }),
+        "RefreshLockLease" => example(&RefreshLockLeaseRequest {
+            namespace_name: ns(),
+            lease_id: lease(),
+            ttl_seconds: 30,
+        }),
+        "GetLockLease" | "RevokeLockLease" => example(&LeaseRequest {
+            namespace_name: ns(),
+            lease_id: lease(),
+        }),
+        "ListLockLeases" => example(&ListLockLeasesRequest {
+            namespace_name: ns(),
+            process_id: String::new(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "AcquireLock" => example(&AcquireLockRequest {
+            namespace_name: ns(),
+            lock_name: lock(),
+            lease_id: lease(),
+            exclusive: true,
+            timeout_seconds: 10,
+            metadata: Default::default(),
+        }),
+        "ReleaseLock" => example(&ReleaseLockRequest {
+            namespace_name: ns(),
+            lock_name: lock(),
+            lease_id: lease(),
+        }),
+        "GetLock" | "DeleteLock" => example(&LockRequest {
+            namespace_name: ns(),
+            lock_name: lock(),
+        }),
+        "ListLocks" => example(&ListLocksRequest {
+            namespace_name: ns(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "ListWaiters" => example(&ListWaitersRequest {
+            namespace_name: ns(),
+        }),
+        other => unreachable!("no example for {other}: add one beside RPC"),
     }
 }
 
@@ -277,7 +326,12 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             "/admin/v1/projects",
             HttpMethod::Post,
             admin("createProject", "Create a project")
-                .body("NewProjectRequest", json!({ "name": "acme" }))
+                .body(
+                    "NewProjectRequest",
+                    example(&admin::NewProjectRequest {
+                        name: "acme".into(),
+                    }),
+                )
                 .ok(201, "Created.", "Project")
                 .errors(&with(&[409]))
                 .build(),
@@ -304,7 +358,13 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             HttpMethod::Patch,
             admin("updateProject", "Change a project's rate limits")
                 .param(project())
-                .body("ProjectPatch", json!({ "lock_ops_per_minute": 1200 }))
+                .body(
+                    "ProjectPatch",
+                    example(&admin::ProjectPatch {
+                        lock_ops_per_minute: Some(1200),
+                        hier_ops_per_minute: None,
+                    }),
+                )
                 .ok(200, "The project as it is now.", "Project")
                 .errors(&with(&[404]))
                 .build(),
@@ -316,7 +376,10 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                 .param(project())
                 .body(
                     "NewKeyRequest",
-                    json!({ "kind": "scoped", "scopes": ["locks.manage"] }),
+                    example(&admin::NewKeyRequest {
+                        kind: admin::KeyKind::Scoped,
+                        scopes: vec!["locks.manage".into()],
+                    }),
                 )
                 .ok(
                     201,
@@ -348,7 +411,10 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             admin("addLearner", "Add a learner and wait for it to catch up")
                 .body(
                     "NewLearnerRequest",
-                    json!({ "node_id": 4, "addr": "10.0.0.4:7001" }),
+                    example(&admin::NewLearnerRequest {
+                        node_id: 4,
+                        addr: "10.0.0.4:7001".into(),
+                    }),
                 )
                 .ok(200, "Added and caught up.", "ClusterView")
                 .ok(202, "Added; still catching up.", "ClusterView")
@@ -359,7 +425,12 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             "/admin/v1/cluster/voters",
             HttpMethod::Put,
             admin("changeVoters", "Replace the voter set")
-                .body("VotersRequest", json!({ "voters": [1, 2, 3] }))
+                .body(
+                    "VotersRequest",
+                    example(&admin::VotersRequest {
+                        voters: [1, 2, 3].into(),
+                    }),
+                )
                 .ok(200, "Changed.", "ClusterView")
                 .ok(202, "Accepted; still in progress.", "ClusterView")
                 .errors(&with(&[409]))
@@ -369,7 +440,10 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             "/admin/v1/cluster/leader",
             HttpMethod::Post,
             admin("moveLeader", "Hand leadership to another voter")
-                .body("MoveLeaderRequest", json!({ "node_id": 2 }))
+                .body(
+                    "MoveLeaderRequest",
+                    example(&admin::MoveLeaderRequest { node_id: Some(2) }),
+                )
                 .ok(200, "The new view.", "ClusterView")
                 .errors(&with(&[409]))
                 .build(),
