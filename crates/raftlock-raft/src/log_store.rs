@@ -218,12 +218,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
         let frame = {
             let mut mem = self.mem_mut();
             mem.purge(log_id);
             PendingFrame::new(mem.committed, &[WalOpRef::Purge(log_id)]).map_err(write_logs_err)?
         };
-        self.write_frame(frame).await.map_err(write_logs_err)
+        let written = self.write_frame(frame).await.map_err(write_logs_err);
+        metrics::histogram!("raftlock_log_purge_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        written
     }
 }
 

@@ -281,6 +281,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = std::time::Instant::now();
         let (replies, last_applied, resolved) = {
             let mut state = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
             let mut replies = Vec::new();
@@ -300,6 +301,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let resolved = state.machine.take_resolved_waiters();
             (replies, state.last_applied, resolved)
         };
+        // The state was write-locked this long: linearizable reads waited as much.
+        metrics::histogram!("raftlock_apply_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         self.shared.publish_applied(last_applied.as_ref());
         self.shared.waiters.resolved(&resolved);
         Ok(replies)

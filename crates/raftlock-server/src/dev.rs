@@ -122,6 +122,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .map(|n| format!("{scheme}://{}", n.addr))
         .collect();
     let cacert = args.tls.then(|| tls_dir.join("ca.pem"));
+    let stop = StopSignals::install()?;
     let result = setup(&urls, cacert.as_deref(), &platform).await;
     match result {
         Ok(key) => print_banner(&urls, cacert.as_deref(), &platform, &key),
@@ -130,7 +131,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     }
-    stop_requested().await;
+    stop.wait().await;
     eprintln!("stopping nodes");
     for child in &mut children {
         child.kill().await.ok();
@@ -139,26 +140,30 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// Ctrl-C, SIGTERM (`kill`, a supervisor) or SIGHUP (the terminal went away): without a
-/// handler the two signals would end this process at once and leave its nodes running.
-async fn stop_requested() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut hangup = signal(SignalKind::hangup()).ok();
-    let wait = |s: &mut Option<tokio::signal::unix::Signal>| {
-        let s = s.take();
-        async move {
-            match s {
-                Some(mut s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending().await,
-            }
+/// handler the last two would end this process at once and leave its nodes running. The
+/// handlers are installed before the cluster is announced, so no signal falls in between.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.hangup.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = wait(&mut term) => {}
-        _ = wait(&mut hangup) => {}
     }
 }
 

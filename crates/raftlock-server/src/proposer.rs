@@ -5,7 +5,7 @@
 //! its own outcome. A few batches may be in flight at once so the log pipeline stays full.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raftlock_core::{Command, Op, Outcome};
 use raftlock_raft::Raft;
@@ -51,7 +51,7 @@ fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -
 /// Handle to the batching task.
 #[derive(Clone)]
 pub struct Proposer {
-    queue: mpsc::Sender<(Op, Reply)>,
+    queue: mpsc::Sender<(Op, Reply, Instant)>,
     /// How long a caller waits for its batch to commit before answering 503.
     timeout: Duration,
     /// One permit per batch in flight; [`Proposer::hold`] takes them all.
@@ -87,7 +87,7 @@ impl Proposer {
         // timeout even when the queue is full.
         let call = async {
             self.queue
-                .send((op, tx))
+                .send((op, tx, Instant::now()))
                 .await
                 .map_err(|_| Unavailable::not_proposed("node is shutting down"))?;
             rx.await
@@ -102,7 +102,7 @@ impl Proposer {
 
 async fn run(
     raft: Raft,
-    mut rx: mpsc::Receiver<(Op, Reply)>,
+    mut rx: mpsc::Receiver<(Op, Reply, Instant)>,
     timeout: Duration,
     stamper: Stamper,
     slots: Arc<Semaphore>,
@@ -121,15 +121,22 @@ async fn run(
         }
         // A caller that already answered 503 (it waited for a slot past its timeout) must not
         // see its operation take effect afterwards: drop it before it is proposed.
-        batch.retain(|(_, reply)| !reply.is_closed());
+        batch.retain(|(_, reply, _)| !reply.is_closed());
         if batch.is_empty() {
             continue;
+        }
+        // Queued behind earlier batches (at most MAX_IN_FLIGHT entries in flight): a stall
+        // anywhere below shows up here first.
+        let wait = metrics::histogram!("raftlock_proposer_queue_wait_seconds");
+        for (_, _, queued_at) in &batch {
+            wait.record(queued_at.elapsed().as_secs_f64());
         }
         let raft = raft.clone();
         let stamp = stamper();
         metrics::histogram!("raftlock_proposal_batch_ops").record(batch.len() as f64);
         tokio::spawn(async move {
-            let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
+            let (ops, replies): (Vec<Op>, Vec<Reply>) =
+                batch.into_iter().map(|(op, reply, _)| (op, reply)).unzip();
             let cmd = Command { stamp, ops };
             let started = std::time::Instant::now();
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {

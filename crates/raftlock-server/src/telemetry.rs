@@ -158,6 +158,21 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Time to write and fdatasync one batch of log entries.",
     ),
     (
+        "raftlock_apply_duration_seconds",
+        Kind::Histogram,
+        "Time to apply one batch of committed entries; the state is write-locked meanwhile, so linearizable reads wait as long.",
+    ),
+    (
+        "raftlock_proposer_queue_wait_seconds",
+        Kind::Histogram,
+        "Time a write waited in the proposer's queue before its batch was proposed (behind the batches in flight).",
+    ),
+    (
+        "raftlock_log_purge_duration_seconds",
+        Kind::Histogram,
+        "Time to purge the log up to a snapshot: the entries dropped from memory and the purge record written and synced.",
+    ),
+    (
         "raftlock_wal_bytes_total",
         Kind::Counter,
         "Bytes written to the write-ahead log.",
