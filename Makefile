@@ -4,11 +4,12 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md (issue 6)
 #   make bench-core  the criterion benches of raftlock-core
+#   make soak        a fixed-rate mixed load for SOAK_MINUTES (30), minute by minute
 #   make openapi     regenerate docs/openapi.json from the code (a test fails when it is stale)
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-core clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-core soak clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -66,6 +67,9 @@ chaos:
 
 bench:
 	./crates/raftlock-bench/run.sh
+
+soak:
+	./crates/raftlock-bench/soak.sh
 
 bench-core:
 	$(CARGO) bench -p raftlock-core

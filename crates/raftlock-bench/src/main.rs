@@ -4,9 +4,12 @@
 //!   and appends one JSON line per cell to the results file.
 //! - `load`: holds N project locks (memory and recovery measurement).
 //! - `report`: turns the results into the table of `docs/benchmarks.md` and an SVG plot.
+//! - `stall`: latency of a steady load while snapshots of many held locks are built.
+//! - `soak`: a fixed-rate mixed load for many minutes, reported minute by minute (`make soak`).
 
 mod conn;
 mod report;
+mod soak;
 mod stall;
 mod systems;
 mod workloads;
@@ -95,6 +98,25 @@ enum Cmd {
         seconds: f64,
     },
     /// Aggregate results into a markdown table (between markers of `--md`) and an SVG plot.
+    Soak {
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        platform_token: String,
+        /// Jobs per second (a project job is 3 requests, a hierarchical one 2).
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 30)]
+        minutes: usize,
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// The nodes' process ids, in `endpoints` order, for their RSS.
+        #[arg(long, value_delimiter = ',')]
+        pids: Vec<u32>,
+        /// Write the minutes as a markdown table here.
+        #[arg(long)]
+        md: Option<PathBuf>,
+    },
     Report {
         #[arg(long)]
         results: PathBuf,
@@ -251,6 +273,37 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 "{} ops by {clients} clients in {seconds} s with {held} locks held: p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms, errors {}; {} snapshots built meanwhile (mean {:.2} s each)",
                 s.ops, s.p50_ms, s.p99_ms, s.max_ms, s.errors, s.snapshots, s.mean_snapshot_s
             );
+            Ok(())
+        }
+        Cmd::Soak {
+            endpoints,
+            platform_token,
+            rate,
+            minutes,
+            connections,
+            pids,
+            md,
+        } => {
+            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
+            let key = raftlock_project(&leader, &platform_token, &format!("soak-{}", unix_secs()))
+                .await?;
+            let target = Target {
+                system: System::Raftlock,
+                leader,
+                key: Some(key),
+            };
+            eprintln!("soak: {rate} jobs/s for {minutes} min over {connections} connections");
+            let table = soak::run(&target, &endpoints, &pids, rate, minutes, connections, |m| {
+                println!(
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}",
+                    m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.errors,
+                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs
+                );
+            })
+            .await?;
+            if let Some(path) = md {
+                std::fs::write(&path, soak::markdown(&table, pids.len()))?;
+            }
             Ok(())
         }
         Cmd::Report {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make soak` (issue 18): a 3-node cluster under a fixed-rate mixed load for SOAK_MINUTES,
+# reported minute by minute — throughput, p50/p99/p99.9/max (from each job's scheduled start:
+# no coordinated omission), errors, each node's RSS, leader changes, snapshots, fsyncs.
+# Writes the table into docs/benchmarks.md between the soak markers.
+#
+# Knobs: SOAK_MINUTES (30), SOAK_RATE jobs/s (1000; a job is 3 project-lock requests or 2
+# hierarchical ones, so ~2,500 requests/s), SOAK_CONNECTIONS (64), SOAK_HELD project locks
+# held in the background while it runs (0; 1000000 for large snapshots), SOAK_DIR
+# (target/soak; must be on disk), SOAK_BIN (target/release; built when it is the default).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+MINUTES=${SOAK_MINUTES:-30}
+RATE=${SOAK_RATE:-1000}
+CONNECTIONS=${SOAK_CONNECTIONS:-64}
+HELD=${SOAK_HELD:-0}
+WORK=${SOAK_DIR:-$ROOT/target/soak}
+BIN=${SOAK_BIN:-$ROOT/target/release}
+SECRET=soak-cluster-secret
+PLATFORM=soak-platform-token
+EPS=127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403
+PEERS=1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403
+PIDS=()
+
+log() { echo "[soak $(date +%T)] $*" >&2; }
+stop_all() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+
+if [[ -z ${SOAK_BIN:-} ]]; then
+  log "building release binaries"
+  cargo build --release -p raftlock-server -p raftlock-bench
+fi
+rm -rf "$WORK" && mkdir -p "$WORK"
+for i in 1 2 3; do
+  mkdir -p "$WORK/n$i"
+  RAFTLOCK_LOG=${RAFTLOCK_LOG:-warn} "$BIN/raftlock" serve --node-id "$i" --listen "127.0.0.1:740$i" \
+    --data-dir "$WORK/n$i" --peers "$PEERS" --cluster-secret "$SECRET" \
+    --platform-token "$PLATFORM" >>"$WORK/n$i.log" 2>&1 &
+  PIDS+=($!)
+done
+if ((HELD > 0)); then
+  log "holding $HELD project locks in the background"
+  "$BIN/raftlock-bench" --threads 2 load --endpoints "$EPS" --platform-token "$PLATFORM" --locks "$HELD"
+fi
+log "soak: $RATE jobs/s for $MINUTES min"
+"$BIN/raftlock-bench" --threads 2 soak --endpoints "$EPS" --platform-token "$PLATFORM" \
+  --rate "$RATE" --minutes "$MINUTES" --connections "$CONNECTIONS" \
+  --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" | tee "$WORK/soak.log"
+
+# Splice the table into docs/benchmarks.md between the markers (appended the first time).
+python3 - "$WORK/soak.md" "$MINUTES" "$RATE" "$HELD" <<'PY'
+import sys, datetime, re
+table, minutes, rate, held = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+path = "docs/benchmarks.md"
+doc = open(path).read()
+when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+section = (f"<!-- soak:begin -->\n_`make soak` on {when}: {rate} jobs/s for {minutes} min, "
+           f"{held} project locks held in the background; latency from each job's scheduled "
+           f"start (open loop)._\n\n{table}<!-- soak:end -->")
+if "<!-- soak:begin -->" in doc:
+    doc = re.sub(r"<!-- soak:begin -->.*?<!-- soak:end -->", lambda _: section, doc, flags=re.S)
+else:
+    doc = doc.rstrip() + "\n\n## Soak (fixed-rate load, minute by minute)\n\n" + section + "\n"
+open(path, "w").write(doc)
+PY
+log "wrote the soak table into docs/benchmarks.md"

@@ -1,0 +1,292 @@
+//! `soak`: a fixed-rate (open-loop) mixed load for many minutes, reported minute by minute.
+//!
+//! Jobs are scheduled at `rate` per second whatever the cluster does, and a request's latency
+//! counts from the moment its job was *scheduled*, not from when a connection was free to
+//! send it — so a stall shows up in full for every job it delayed (no coordinated omission).
+//! A job is one of: project lock acquire → renew → release on a fresh key, or a hierarchical
+//! `AcquireLock` → `ReleaseLock` under the worker's lease (refreshed every minute).
+//!
+//! Each minute prints throughput, p50/p99/p99.9/max, errors, and per node: RSS (from
+//! `/proc/<pid>/status`), leader changes, snapshots built and fsyncs (from `/metrics`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::{Method, StatusCode};
+use serde_json::json;
+use tokio::sync::{mpsc, Mutex};
+
+use crate::conn::Conn;
+use crate::systems::{hier_namespace, rl_lease, rl_release, rpc, Target};
+
+/// How many jobs may wait for a free connection before the generator counts them as
+/// errors (a cluster that stopped answering must not grow the queue without bound).
+const MAX_BACKLOG: usize = 100_000;
+/// The namespace of the hierarchical jobs.
+const NAMESPACE: &str = "soak";
+
+/// One job: when it should have started.
+struct Job {
+    scheduled: Instant,
+    seq: u64,
+}
+
+/// What one minute measured.
+pub struct Minute {
+    pub minute: usize,
+    pub requests: usize,
+    pub errors: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// Per node, in `endpoints` order.
+    pub rss_mib: Vec<f64>,
+    pub leader_changes: f64,
+    pub snapshots: f64,
+    pub fsyncs: f64,
+}
+
+/// Latencies (µs) and errors of the current minute, shared by the workers.
+#[derive(Default)]
+struct Window {
+    latencies_us: Vec<u64>,
+    errors: usize,
+}
+
+fn quantile(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Sum over the nodes of the named series (counters; histogram `_count`s).
+async fn metric_sum(endpoints: &[String], name: &str) -> f64 {
+    let mut total = 0.0;
+    for ep in endpoints {
+        let mut c = Conn::new(ep, None);
+        if let Ok((StatusCode::OK, body)) = c.call(Method::GET, "/metrics", &[], "").await {
+            let text = String::from_utf8_lossy(&body);
+            total += text
+                .lines()
+                .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+    }
+    total
+}
+
+async fn counters(endpoints: &[String]) -> [f64; 3] {
+    [
+        metric_sum(endpoints, "raftlock_leader_changes_total").await,
+        metric_sum(endpoints, "raftlock_snapshot_duration_seconds_count").await,
+        metric_sum(endpoints, "raftlock_wal_fsync_duration_seconds_count").await,
+    ]
+}
+
+/// Runs the soak; `on_minute` sees each minute as it completes.
+pub async fn run(
+    target: &Target,
+    endpoints: &[String],
+    pids: &[u32],
+    rate: f64,
+    minutes: usize,
+    connections: usize,
+    mut on_minute: impl FnMut(&Minute),
+) -> anyhow::Result<Vec<Minute>> {
+    hier_namespace(&mut target.conn(), NAMESPACE).await?;
+    let window = Arc::new(Mutex::new(Window::default()));
+    let (tx, rx) = mpsc::channel::<Job>(MAX_BACKLOG);
+    let rx = Arc::new(Mutex::new(rx));
+    for worker in 0..connections {
+        let (target, window, rx) = (target.clone(), window.clone(), rx.clone());
+        tokio::spawn(async move { work(worker, target, window, rx).await });
+    }
+    let start = Instant::now();
+    let mut before = counters(endpoints).await;
+    let mut results = Vec::new();
+    let mut seq = 0u64;
+    for minute in 1..=minutes {
+        let minute_end = start + Duration::from_secs(60 * minute as u64);
+        // Schedule this minute's jobs at their exact times.
+        loop {
+            let due = start + Duration::from_secs_f64(seq as f64 / rate);
+            if due >= minute_end {
+                break;
+            }
+            tokio::time::sleep_until(due.into()).await;
+            if tx
+                .try_send(Job {
+                    scheduled: due,
+                    seq,
+                })
+                .is_err()
+            {
+                window.lock().await.errors += 1;
+            }
+            seq += 1;
+        }
+        tokio::time::sleep_until(minute_end.into()).await;
+        let taken = std::mem::take(&mut *window.lock().await);
+        let mut lat = taken.latencies_us;
+        lat.sort_unstable();
+        let after = counters(endpoints).await;
+        let m = Minute {
+            minute,
+            requests: lat.len(),
+            errors: taken.errors,
+            p50_ms: quantile(&lat, 0.50),
+            p99_ms: quantile(&lat, 0.99),
+            p999_ms: quantile(&lat, 0.999),
+            max_ms: lat.last().map_or(0.0, |v| *v as f64 / 1000.0),
+            rss_mib: pids.iter().map(|p| rss_mib(*p)).collect(),
+            leader_changes: after[0] - before[0],
+            snapshots: after[1] - before[1],
+            fsyncs: after[2] - before[2],
+        };
+        before = after;
+        on_minute(&m);
+        results.push(m);
+    }
+    Ok(results)
+}
+
+/// One connection: takes jobs in order and runs them.
+async fn work(
+    worker: usize,
+    target: Target,
+    window: Arc<Mutex<Window>>,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+) {
+    let mut c = target.conn();
+    let token = uuid::Uuid::new_v4().to_string();
+    let mut lease: Option<(String, Instant)> = None;
+    loop {
+        let Some(job) = jobs.lock().await.recv().await else {
+            return;
+        };
+        let mut latencies = Vec::with_capacity(3);
+        let ok = if job.seq % 2 == 0 {
+            project_job(&mut c, worker, job, &token, &mut latencies).await
+        } else {
+            hier_job(&mut c, worker, job, &mut lease, &mut latencies).await
+        };
+        let mut w = window.lock().await;
+        w.latencies_us.extend(latencies);
+        w.errors += usize::from(!ok);
+    }
+}
+
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros() as u64
+}
+
+async fn project_job(
+    c: &mut Conn,
+    worker: usize,
+    job: Job,
+    token: &str,
+    lat: &mut Vec<u64>,
+) -> bool {
+    let key = format!("soak-{worker}-{}", job.seq);
+    let acquired = rl_lease(c, Method::POST, &key, token, 30).await;
+    lat.push(micros(job.scheduled));
+    let t = Instant::now();
+    let renewed = rl_lease(c, Method::PATCH, &key, token, 30).await;
+    lat.push(micros(t));
+    let t = Instant::now();
+    let released = rl_release(c, &key, token).await;
+    lat.push(micros(t));
+    matches!(acquired, Ok(StatusCode::OK))
+        && matches!(renewed, Ok(StatusCode::OK))
+        && matches!(released, Ok(StatusCode::NO_CONTENT))
+}
+
+async fn hier_job(
+    c: &mut Conn,
+    worker: usize,
+    job: Job,
+    lease: &mut Option<(String, Instant)>,
+    lat: &mut Vec<u64>,
+) -> bool {
+    // A lease per worker, refreshed (or recreated) once a minute; TTL 120 s.
+    let fresh = lease
+        .as_ref()
+        .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60));
+    if !fresh {
+        let created = rpc(
+            c,
+            "CreateLockLease",
+            json!({ "namespace_name": NAMESPACE, "process_id": format!("soak-{worker}"), "ttl_seconds": 120 }),
+        )
+        .await;
+        match created
+            .ok()
+            .and_then(|v| v["lease"]["lease_id"].as_str().map(String::from))
+        {
+            Some(id) => *lease = Some((id, Instant::now())),
+            None => return false,
+        }
+    }
+    let lease_id = lease.as_ref().map(|(id, _)| id.clone()).unwrap_or_default();
+    let lock = json!({
+        "namespace_name": NAMESPACE,
+        // One lock per worker: its jobs run one after another, so it never contends.
+        "lock_name": format!("w{worker}/job"),
+        "lease_id": lease_id,
+        "exclusive": true,
+    });
+    let acquired = rpc(c, "AcquireLock", lock.clone()).await;
+    lat.push(micros(job.scheduled));
+    let t = Instant::now();
+    let mut release = lock;
+    release.as_object_mut().map(|o| o.remove("exclusive"));
+    let released = rpc(c, "ReleaseLock", release).await;
+    lat.push(micros(t));
+    let granted = acquired
+        .as_ref()
+        .is_ok_and(|v| v["outcome"] == "ACQUIRE_OUTCOME_ACQUIRED");
+    granted && released.is_ok()
+}
+
+/// The minutes as a markdown table.
+pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
+    let rss: Vec<String> = (1..=nodes).map(|n| format!("RSS n{n} (MiB)")).collect();
+    let mut out = format!(
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs |\n",
+        rss.join(" | ")
+    );
+    out += &format!("|{}\n", " --- |".repeat(10 + nodes));
+    for m in minutes {
+        let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
+        out += &format!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} |\n",
+            m.minute,
+            m.requests as f64 / 60.0,
+            m.p50_ms,
+            m.p99_ms,
+            m.p999_ms,
+            m.max_ms,
+            m.errors,
+            rss.join(" | "),
+            m.leader_changes,
+            m.snapshots,
+            m.fsyncs
+        );
+    }
+    out
+}
