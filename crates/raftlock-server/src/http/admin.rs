@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
@@ -20,8 +20,9 @@ use raftlock_core::{Op, Reply};
 use rand::distributions::{Alphanumeric, DistString};
 use rand::Rng;
 
+use super::auth;
+use super::body::{self, PathParam};
 use super::errors::{ApiError, Code, Dialect};
-use super::{auth, body};
 use crate::node::{Node, SharedNode};
 
 const D: Dialect = Dialect::Locks;
@@ -146,7 +147,7 @@ async fn list_projects(
 
 async fn get_project(
     State(node): State<SharedNode>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
@@ -161,7 +162,7 @@ async fn get_project(
 
 async fn update_project(
     State(node): State<SharedNode>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
@@ -192,7 +193,7 @@ fn generate_key() -> (String, String) {
 
 async fn create_key(
     State(node): State<SharedNode>,
-    Path(project): Path<String>,
+    PathParam(project): PathParam<String>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
@@ -225,7 +226,7 @@ async fn create_key(
 
 async fn revoke_key(
     State(node): State<SharedNode>,
-    Path((project, key_id)): Path<(String, String)>,
+    PathParam((project, key_id)): PathParam<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     auth::platform(&node, &headers)?;
@@ -350,7 +351,7 @@ async fn move_leader(
 /// Removes a node: demotes it if it votes, then drops it from the membership.
 async fn remove_node(
     State(node): State<SharedNode>,
-    Path(id): Path<u64>,
+    PathParam(id): PathParam<u64>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;

@@ -1,12 +1,34 @@
-//! Request bodies: bounded reading (64 KiB, else 413) and JSON decoding whose failures become
-//! 400s in the caller's dialect. Wrong types are refused, and so are unknown fields where the
+//! Request input: bounded body reading (64 KiB, else 413), JSON decoding and path parameters,
+//! whose failures become JSON 400s in the caller's dialect. Wrong types are refused, and so are unknown fields where the
 //! request type says `deny_unknown_fields` (the project-lock and hierarchical bodies do).
 
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use super::errors::{ApiError, Dialect};
+
+/// A path parameter whose malformed value (an id that is not a number, bad percent-encoding)
+/// is a JSON 400 in the route's dialect, not axum's plain-text rejection.
+pub struct PathParam<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParam<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let d = Dialect::of_path(parts.uri.path());
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(PathParam(value)),
+            Err(e) => Err(ApiError::bad_request(d, format!("path: {}", e.body_text()))),
+        }
+    }
+}
 
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 64 * 1024;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -29,10 +29,11 @@ use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::auth;
+use super::body::{self, PathParam};
 use super::errors::{ApiError, Dialect};
 use super::idempotency::ClientRequestId;
 use super::wait::{new_waiter_id, CancelOnDrop, WaitContext, WaiterGauge};
-use super::{auth, body};
 use crate::node::SharedNode;
 
 const D: Dialect = Dialect::Rpc;
@@ -68,7 +69,7 @@ fn new_lease_id() -> String {
 
 async fn dispatch(
     State(node): State<SharedNode>,
-    Path(method): Path<String>,
+    PathParam(method): PathParam<String>,
     wait: Option<Extension<WaitContext>>,
     request_id: ClientRequestId,
     headers: HeaderMap,
