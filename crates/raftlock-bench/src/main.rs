@@ -295,9 +295,9 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             eprintln!("soak: {rate} jobs/s for {minutes} min over {connections} connections");
             let table = soak::run(&target, &endpoints, &pids, rate, minutes, connections, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}",
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.errors,
-                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs
+                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs, m.slow
                 );
             })
             .await?;

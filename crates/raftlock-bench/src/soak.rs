@@ -45,7 +45,18 @@ pub struct Minute {
     pub leader_changes: f64,
     pub snapshots: f64,
     pub fsyncs: f64,
+    /// Events over 50 ms this minute, all nodes, per [`STALL_SOURCES`] entry.
+    pub slow: Vec<f64>,
 }
+
+/// The stall histograms: label and series. An event counts as slow above 50 ms.
+pub const STALL_SOURCES: &[(&str, &str)] = &[
+    ("apply", "raftlock_apply_duration_seconds"),
+    ("queue", "raftlock_proposer_queue_wait_seconds"),
+    ("fsync", "raftlock_wal_fsync_duration_seconds"),
+    ("snapshot", "raftlock_snapshot_duration_seconds"),
+    ("purge", "raftlock_log_purge_duration_seconds"),
+];
 
 /// Latencies (µs) and errors of the current minute, shared by the workers.
 #[derive(Default)]
@@ -90,12 +101,20 @@ async fn metric_sum(endpoints: &[String], name: &str) -> f64 {
     total
 }
 
-async fn counters(endpoints: &[String]) -> [f64; 3] {
-    [
+/// Cumulative counters, all nodes: leader changes, snapshots, fsyncs, then per stall source
+/// the events over 50 ms.
+async fn counters(endpoints: &[String]) -> Vec<f64> {
+    let mut values = vec![
         metric_sum(endpoints, "raftlock_leader_changes_total").await,
         metric_sum(endpoints, "raftlock_snapshot_duration_seconds_count").await,
         metric_sum(endpoints, "raftlock_wal_fsync_duration_seconds_count").await,
-    ]
+    ];
+    for (_, series) in STALL_SOURCES {
+        let all = metric_sum(endpoints, &format!("{series}_count")).await;
+        let fast = metric_sum(endpoints, &format!("{series}_bucket{{le=\"0.05\"}}")).await;
+        values.push(all - fast);
+    }
+    values
 }
 
 /// Runs the soak; `on_minute` sees each minute as it completes.
@@ -157,6 +176,7 @@ pub async fn run(
             leader_changes: after[0] - before[0],
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
+            slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
         };
         before = after;
         on_minute(&m);
@@ -267,14 +287,15 @@ async fn hier_job(
 pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
     let rss: Vec<String> = (1..=nodes).map(|n| format!("RSS n{n} (MiB)")).collect();
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs |\n",
-        rss.join(" | ")
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | over 50 ms ({}) |\n",
+        rss.join(" | "),
+        STALL_SOURCES.iter().map(|(l, _)| *l).collect::<Vec<_>>().join("/")
     );
-    out += &format!("|{}\n", " --- |".repeat(10 + nodes));
+    out += &format!("|{}\n", " --- |".repeat(11 + nodes));
     for m in minutes {
         let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out += &format!(
-            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} |\n",
             m.minute,
             m.requests as f64 / 60.0,
             m.p50_ms,
@@ -285,7 +306,12 @@ pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
             rss.join(" | "),
             m.leader_changes,
             m.snapshots,
-            m.fsyncs
+            m.fsyncs,
+            m.slow
+                .iter()
+                .map(|v| format!("{v}"))
+                .collect::<Vec<_>>()
+                .join("/")
         );
     }
     out
