@@ -43,7 +43,7 @@ pub struct Namespace {
     /// Up to 1024 bytes.
     pub description: String,
     /// Up to 32 entries.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
     pub metadata: BTreeMap<String, String>,
     /// Starts at 1 and is bumped by every update; pass it as `expected_version`.
     pub version: u64,
@@ -91,7 +91,7 @@ pub struct LockHolder {
     /// When this holder acquired.
     pub locked_at: i64,
     /// The metadata given at its first acquire.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -166,10 +166,7 @@ pub enum ContentionReason {
 pub struct CreateNamespaceRequest {
     /// Name, 1–128 of `[-_0-9a-zA-Z]`.
     #[serde(alias = "namespace_name")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub name: String,
     /// Up to 1024 bytes.
     #[serde(default)]
@@ -177,7 +174,7 @@ pub struct CreateNamespaceRequest {
     pub description: String,
     /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -188,10 +185,7 @@ pub struct CreateNamespaceRequest {
 pub struct NamespaceRequest {
     /// The namespace.
     #[serde(alias = "name")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
 }
 
@@ -203,10 +197,7 @@ pub struct NamespaceRequest {
 pub struct UpdateNamespaceRequest {
     /// The namespace.
     #[serde(alias = "name")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// New description.
     #[serde(default)]
@@ -214,7 +205,7 @@ pub struct UpdateNamespaceRequest {
     pub description: String,
     /// New metadata.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
     pub metadata: BTreeMap<String, String>,
     /// Required: the version the update is based on (versions start at 1); a mismatch is
     /// `invalid_argument` and changes nothing.
@@ -243,10 +234,7 @@ pub struct ListNamespacesRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateLockLeaseRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// The owner's self-chosen id, 1–128 characters.
     #[serde(default)]
@@ -265,14 +253,11 @@ pub struct CreateLockLeaseRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RefreshLockLeaseRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// The lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^ls_[0-9a-zA-Z]{28}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
     pub lease_id: String,
     /// New lease length, 1–300 seconds.
     #[serde(default)]
@@ -286,14 +271,11 @@ pub struct RefreshLockLeaseRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// The lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^ls_[0-9a-zA-Z]{28}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
     pub lease_id: String,
 }
 
@@ -303,10 +285,7 @@ pub struct LeaseRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ListLockLeasesRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// Only this process's leases (empty: all).
     #[serde(default)]
@@ -327,24 +306,14 @@ pub struct ListLockLeasesRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AcquireLockRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// Lock path, `/`-separated.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[-_0-9a-zA-Z]+(/[-_0-9a-zA-Z]+)*$",
-            min_length = 1,
-            max_length = 256
-        )
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
     pub lock_name: String,
     /// The holding lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^ls_[0-9a-zA-Z]{28}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
     pub lease_id: String,
     /// Exclusive (true) or shared (false).
     #[serde(default)]
@@ -355,7 +324,7 @@ pub struct AcquireLockRequest {
     pub timeout_seconds: u64,
     /// Holder metadata (kept from the first acquire of this lease).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::MetadataSchema))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -365,24 +334,14 @@ pub struct AcquireLockRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseLockRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// Lock path.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[-_0-9a-zA-Z]+(/[-_0-9a-zA-Z]+)*$",
-            min_length = 1,
-            max_length = 256
-        )
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
     pub lock_name: String,
     /// The holding lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^ls_[0-9a-zA-Z]{28}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
     pub lease_id: String,
 }
 
@@ -392,20 +351,10 @@ pub struct ReleaseLockRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// Lock path.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            pattern = "^[-_0-9a-zA-Z]+(/[-_0-9a-zA-Z]+)*$",
-            min_length = 1,
-            max_length = 256
-        )
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
     pub lock_name: String,
 }
 
@@ -415,10 +364,7 @@ pub struct LockRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ListLocksRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
     /// Page size 0–250; 0 means 100.
     #[serde(default)]
@@ -435,10 +381,7 @@ pub struct ListLocksRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ListWaitersRequest {
     /// The namespace.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[-_0-9a-zA-Z]{1,128}$", min_length = 1, max_length = 128)
-    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
 }
 
