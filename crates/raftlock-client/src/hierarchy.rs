@@ -25,10 +25,6 @@ use raftlock_api::hierarchy::{
 };
 pub use raftlock_api::{Metadata, Nanos};
 
-fn to_body<T: Serialize>(message: &T) -> Value {
-    serde_json::to_value(message).expect("API messages serialize")
-}
-
 /// Paging of a list call.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PageRequest {
@@ -60,9 +56,15 @@ fn page<T: DeserializeOwned>(mut v: Value, field: &str) -> Result<Page<T>, serde
 }
 
 impl Client {
-    async fn rpc(&self, method: &str, body: Value, retry: Retry, wait: Duration) -> Result<Value> {
+    async fn rpc(
+        &self,
+        method: &str,
+        body: &impl Serialize,
+        retry: Retry,
+        wait: Duration,
+    ) -> Result<Value> {
         let call = Call::new(Method::POST, format!("/v1beta/{method}"))
-            .json(body)
+            .message(body)
             .retry(retry)
             .extra_timeout(wait);
         self.send(call).await?.decode()
@@ -71,7 +73,7 @@ impl Client {
     async fn rpc_field<T: DeserializeOwned>(
         &self,
         method: &str,
-        body: Value,
+        body: &impl Serialize,
         retry: Retry,
         field: &str,
     ) -> Result<T> {
@@ -83,7 +85,7 @@ impl Client {
     async fn rpc_page<T: DeserializeOwned>(
         &self,
         method: &str,
-        body: Value,
+        body: &impl Serialize,
         field: &str,
     ) -> Result<Page<T>> {
         let v = self
@@ -106,49 +108,49 @@ impl Client {
         description: &str,
         metadata: Metadata,
     ) -> Result<Namespace> {
-        let body = to_body(&CreateNamespaceRequest {
+        let body = CreateNamespaceRequest {
             name: name.to_string(),
             description: description.to_string(),
             metadata,
-        });
-        self.rpc_field("CreateNamespace", body, Retry::Idempotent, "namespace")
+        };
+        self.rpc_field("CreateNamespace", &body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `GetNamespace`.
     pub async fn get_namespace(&self, name: &str) -> Result<Namespace> {
-        let body = to_body(&NamespaceRequest {
+        let body = NamespaceRequest {
             namespace_name: name.to_string(),
-        });
-        self.rpc_field("GetNamespace", body, Retry::Idempotent, "namespace")
+        };
+        self.rpc_field("GetNamespace", &body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `UpdateNamespace`: `expected_version` is required (the version read last); absent or
     /// mismatching → `invalid_argument`, nothing changes.
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
-        let body = to_body(req);
-        self.rpc_field("UpdateNamespace", body, Retry::Idempotent, "namespace")
+        let body = req;
+        self.rpc_field("UpdateNamespace", &body, Retry::Idempotent, "namespace")
             .await
     }
 
     /// `DeleteNamespace`: removes it and everything inside (absent → `Ok`).
     pub async fn delete_namespace(&self, name: &str) -> Result<()> {
-        let body = to_body(&NamespaceRequest {
+        let body = NamespaceRequest {
             namespace_name: name.to_string(),
-        });
-        self.rpc("DeleteNamespace", body, Retry::Idempotent, Duration::ZERO)
+        };
+        self.rpc("DeleteNamespace", &body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
     }
 
     /// `ListNamespaces`.
     pub async fn list_namespaces(&self, page: &PageRequest) -> Result<Page<Namespace>> {
-        let body = to_body(&ListNamespacesRequest {
+        let body = ListNamespacesRequest {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
-        });
-        self.rpc_page("ListNamespaces", body, "namespaces").await
+        };
+        self.rpc_page("ListNamespaces", &body, "namespaces").await
     }
 
     /// `CreateLockLease`: a new lease for `ttl` (1–300 s).
@@ -158,12 +160,12 @@ impl Client {
         process_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = to_body(&CreateLockLeaseRequest {
+        let body = CreateLockLeaseRequest {
             namespace_name: namespace.to_string(),
             process_id: process_id.to_string(),
             ttl_seconds: ttl.as_secs(),
-        });
-        self.rpc_field("CreateLockLease", body, Retry::Idempotent, "lease")
+        };
+        self.rpc_field("CreateLockLease", &body, Retry::Idempotent, "lease")
             .await
     }
 
@@ -175,33 +177,33 @@ impl Client {
         lease_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = to_body(&RefreshLockLeaseRequest {
+        let body = RefreshLockLeaseRequest {
             namespace_name: namespace.to_string(),
             lease_id: lease_id.to_string(),
             ttl_seconds: ttl.as_secs(),
-        });
-        self.rpc_field("RefreshLockLease", body, Retry::Idempotent, "lease")
+        };
+        self.rpc_field("RefreshLockLease", &body, Retry::Idempotent, "lease")
             .await
     }
 
     /// `RevokeLockLease`: releases everything the lease holds and deletes it.
     pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
-        let body = to_body(&LeaseRequest {
+        let body = LeaseRequest {
             namespace_name: namespace.to_string(),
             lease_id: lease_id.to_string(),
-        });
-        self.rpc("RevokeLockLease", body, Retry::Idempotent, Duration::ZERO)
+        };
+        self.rpc("RevokeLockLease", &body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
     }
 
     /// `GetLockLease` (`not_found` when absent or expired).
     pub async fn get_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
-        let body = to_body(&LeaseRequest {
+        let body = LeaseRequest {
             namespace_name: namespace.to_string(),
             lease_id: lease_id.to_string(),
-        });
-        self.rpc_field("GetLockLease", body, Retry::Idempotent, "lease")
+        };
+        self.rpc_field("GetLockLease", &body, Retry::Idempotent, "lease")
             .await
     }
 
@@ -212,21 +214,20 @@ impl Client {
         process_id: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<LockLease>> {
-        let body = to_body(&ListLockLeasesRequest {
+        let body = ListLockLeasesRequest {
             namespace_name: namespace.to_string(),
             process_id: process_id.unwrap_or("").to_string(),
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
-        });
-        self.rpc_page("ListLockLeases", body, "leases").await
+        };
+        self.rpc_page("ListLockLeases", &body, "leases").await
     }
 
     /// `AcquireLock`. Waits on the server up to `timeout_seconds`; contention is reported
     /// in the answer's `outcome`, not as an error.
     pub async fn acquire_lock(&self, req: &AcquireLockRequest) -> Result<AcquireLockResponse> {
-        let body = serde_json::to_value(req).expect("serializable");
         let wait = Duration::from_secs(req.timeout_seconds);
-        let v = self.rpc("AcquireLock", body, Retry::Once, wait).await?;
+        let v = self.rpc("AcquireLock", req, Retry::Once, wait).await?;
         serde_json::from_value(v).map_err(|e| self.protocol("AcquireLock", e))
     }
 
@@ -238,44 +239,44 @@ impl Client {
         lock_name: &str,
         lease_id: &str,
     ) -> Result<Lock> {
-        let body = to_body(&ReleaseLockRequest {
+        let body = ReleaseLockRequest {
             namespace_name: namespace.to_string(),
             lock_name: lock_name.to_string(),
             lease_id: lease_id.to_string(),
-        });
-        self.rpc_field("ReleaseLock", body, Retry::Idempotent, "lock")
+        };
+        self.rpc_field("ReleaseLock", &body, Retry::Idempotent, "lock")
             .await
     }
 
     /// `GetLock` (a never-acquired name is `Unlocked` with zero times).
     pub async fn get_lock(&self, namespace: &str, lock_name: &str) -> Result<Lock> {
-        let body = to_body(&LockRequest {
+        let body = LockRequest {
             namespace_name: namespace.to_string(),
             lock_name: lock_name.to_string(),
-        });
-        self.rpc_field("GetLock", body, Retry::Idempotent, "lock")
+        };
+        self.rpc_field("GetLock", &body, Retry::Idempotent, "lock")
             .await
     }
 
     /// `DeleteLock`: drops all holders (absent → `Ok`).
     pub async fn delete_lock(&self, namespace: &str, lock_name: &str) -> Result<()> {
-        let body = to_body(&LockRequest {
+        let body = LockRequest {
             namespace_name: namespace.to_string(),
             lock_name: lock_name.to_string(),
-        });
-        self.rpc("DeleteLock", body, Retry::Idempotent, Duration::ZERO)
+        };
+        self.rpc("DeleteLock", &body, Retry::Idempotent, Duration::ZERO)
             .await
             .map(|_| ())
     }
 
     /// `ListLocks` (held locks only).
     pub async fn list_locks(&self, namespace: &str, page: &PageRequest) -> Result<Page<Lock>> {
-        let body = to_body(&ListLocksRequest {
+        let body = ListLocksRequest {
             namespace_name: namespace.to_string(),
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
-        });
-        self.rpc_page("ListLocks", body, "locks").await
+        };
+        self.rpc_page("ListLocks", &body, "locks").await
     }
 }
 
