@@ -165,7 +165,7 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "raftlock_proposer_queue_wait_seconds",
         Kind::Histogram,
-        "Time a write waited in the proposer's queue before its batch was proposed (behind the batches in flight).",
+        "How long the oldest write of each proposed batch waited in the proposer's queue (behind the batches in flight).",
     ),
     (
         "raftlock_log_purge_duration_seconds",
