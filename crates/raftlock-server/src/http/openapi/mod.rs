@@ -42,12 +42,12 @@ pub fn routes() -> Router<SharedNode> {
     Router::new().route("/openapi.json", get(serve))
 }
 
+/// The document is the same for the life of the process: built on the first request, then
+/// served from memory.
 async fn serve() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        document_json(),
-    )
-        .into_response()
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = DOCUMENT.get_or_init(document_json).clone();
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
 /// The document as pretty JSON with a final newline (the form `docs/openapi.json` has).
