@@ -4,7 +4,8 @@
 //! counts from the moment its job was *scheduled*, not from when a connection was free to
 //! send it — so a stall shows up in full for every job it delayed (no coordinated omission).
 //! A job is one of: project lock acquire → renew → release on a fresh key, or a hierarchical
-//! `AcquireLock` → `ReleaseLock` under the worker's lease (refreshed every minute).
+//! `AcquireLock` → `ReleaseLock` under the worker's lease (a new lease every minute; the old
+//! one expires).
 //!
 //! Each minute prints throughput, p50/p99/p99.9/max, errors, and per node: RSS (from
 //! `/proc/<pid>/status`), leader changes, snapshots built and fsyncs (from `/metrics`).
@@ -17,7 +18,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, Mutex};
 
 use crate::conn::Conn;
-use crate::systems::{hier_namespace, rl_lease, rl_release, rpc, Target};
+use crate::systems::{hier_namespace, rl_lease, rl_release, rpc, scrape, series_sum, Target};
 
 /// How many jobs may wait for a free connection before the generator counts them as
 /// errors (a cluster that stopped answering must not grow the queue without bound).
@@ -84,34 +85,18 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// Sum over the nodes of the named series (counters; histogram `_count`s).
-async fn metric_sum(endpoints: &[String], name: &str) -> f64 {
-    let mut total = 0.0;
-    for ep in endpoints {
-        let mut c = Conn::new(ep, None);
-        if let Ok((StatusCode::OK, body)) = c.call(Method::GET, "/metrics", &[], "").await {
-            let text = String::from_utf8_lossy(&body);
-            total += text
-                .lines()
-                .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>();
-        }
-    }
-    total
-}
-
-/// Cumulative counters, all nodes: leader changes, snapshots, fsyncs, then per stall source
-/// the events over 50 ms.
+/// Cumulative counters, all nodes, from one scrape of each: leader changes, snapshots,
+/// fsyncs, then per stall source the events over 50 ms.
 async fn counters(endpoints: &[String]) -> Vec<f64> {
+    let texts = scrape(endpoints).await;
     let mut values = vec![
-        metric_sum(endpoints, "raftlock_leader_changes_total").await,
-        metric_sum(endpoints, "raftlock_snapshot_duration_seconds_count").await,
-        metric_sum(endpoints, "raftlock_wal_fsync_duration_seconds_count").await,
+        series_sum(&texts, "raftlock_leader_changes_total"),
+        series_sum(&texts, "raftlock_snapshot_duration_seconds_count"),
+        series_sum(&texts, "raftlock_wal_fsync_duration_seconds_count"),
     ];
     for (_, series) in STALL_SOURCES {
-        let all = metric_sum(endpoints, &format!("{series}_count")).await;
-        let fast = metric_sum(endpoints, &format!("{series}_bucket{{le=\"0.05\"}}")).await;
+        let all = series_sum(&texts, &format!("{series}_count"));
+        let fast = series_sum(&texts, &format!("{series}_bucket{{le=\"0.05\"}}"));
         values.push(all - fast);
     }
     values
@@ -243,7 +228,7 @@ async fn hier_job(
     lease: &mut Option<(String, Instant)>,
     lat: &mut Vec<u64>,
 ) -> bool {
-    // A lease per worker, refreshed (or recreated) once a minute; TTL 120 s.
+    // A lease per worker, replaced by a new one once a minute (TTL 120 s: the old one expires).
     let fresh = lease
         .as_ref()
         .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60));

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 
-use crate::conn::Conn;
-use crate::systems::{rl_lease, rl_read, rl_release, Target};
+use crate::systems::{rl_lease, rl_read, rl_release, scrape, series_sum, Target};
 
 /// What one run measured.
 pub struct Stall {
@@ -24,19 +23,10 @@ pub struct Stall {
 }
 
 async fn snapshot_metrics(target: &Target) -> (f64, f64) {
-    let mut c = Conn::new(&target.leader, None);
-    let Ok((StatusCode::OK, body)) = c.call(Method::GET, "/metrics", &[], "").await else {
-        return (0.0, 0.0);
-    };
-    let text = String::from_utf8_lossy(&body);
-    let value = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let texts = scrape(std::slice::from_ref(&target.leader)).await;
     (
-        value("raftlock_snapshot_duration_seconds_count"),
-        value("raftlock_snapshot_duration_seconds_sum"),
+        series_sum(&texts, "raftlock_snapshot_duration_seconds_count"),
+        series_sum(&texts, "raftlock_snapshot_duration_seconds_sum"),
     )
 }
 

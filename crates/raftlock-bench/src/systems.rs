@@ -191,6 +191,33 @@ pub async fn rl_read(c: &mut Conn, key: &str) -> anyhow::Result<StatusCode> {
     Ok(s)
 }
 
+// ---- raftlock metrics ----
+
+/// Every node's `/metrics` text (an empty text for a node that did not answer).
+pub async fn scrape(endpoints: &[String]) -> Vec<String> {
+    let mut texts = Vec::with_capacity(endpoints.len());
+    for ep in endpoints {
+        let mut c = Conn::new(ep, None);
+        let text = match c.call(Method::GET, "/metrics", &[], "").await {
+            Ok((StatusCode::OK, body)) => String::from_utf8_lossy(&body).into_owned(),
+            _ => String::new(),
+        };
+        texts.push(text);
+    }
+    texts
+}
+
+/// Sum over the nodes' texts of the named series (counters; histogram `_count`s and
+/// buckets).
+pub fn series_sum(texts: &[String], name: &str) -> f64 {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 // ---- raftlock hierarchical ----
 
 pub async fn rpc(c: &mut Conn, method: &str, body: Value) -> anyhow::Result<Value> {
