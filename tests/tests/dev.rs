@@ -33,9 +33,14 @@ impl Drop for TermOnDrop {
     }
 }
 
-async fn serves(http: &reqwest::Client, port: u16) -> bool {
-    let url = format!("http://127.0.0.1:{port}/healthz");
-    matches!(http.get(url).send().await, Ok(r) if r.status().is_success())
+/// How many of the three dev nodes answer `/healthz`.
+async fn serving(http: &reqwest::Client, base: u16) -> usize {
+    let mut up = 0;
+    for port in base..base + 3 {
+        let url = format!("http://127.0.0.1:{port}/healthz");
+        up += usize::from(matches!(http.get(url).send().await, Ok(r) if r.status().is_success()));
+    }
+    up
 }
 
 async fn dev_cluster_stops_on(signal: libc::c_int) -> Result<()> {
@@ -74,14 +79,7 @@ async fn dev_cluster_stops_on(signal: libc::c_int) -> Result<()> {
     // The banner needs a quorum, not every node: the last one may still be starting.
     eventually(Duration::from_secs(10), "every dev node serving", || {
         let http = http.clone();
-        async move {
-            for port in base..base + 3 {
-                if !serves(&http, port).await {
-                    return None;
-                }
-            }
-            Some(())
-        }
+        async move { (serving(&http, base).await == 3).then_some(()) }
     })
     .await?;
 
@@ -93,14 +91,7 @@ async fn dev_cluster_stops_on(signal: libc::c_int) -> Result<()> {
     ensure!(status.success(), "raftlock dev exited with {status}");
     eventually(Duration::from_secs(10), "every dev node stopped", || {
         let http = http.clone();
-        async move {
-            for port in base..base + 3 {
-                if serves(&http, port).await {
-                    return None;
-                }
-            }
-            Some(())
-        }
+        async move { (serving(&http, base).await == 0).then_some(()) }
     })
     .await
 }
