@@ -14,7 +14,7 @@ use crate::checked_file;
 use crate::fs::Dir;
 use crate::sim_fs::{Rng, SimDir};
 use crate::typ::{Entry, LogId};
-use crate::wal::{LogContents, PendingFrame, Wal, WalOpRef};
+use crate::wal::{remove_segments, LogContents, PendingFrame, Wal, WalOpRef};
 
 const MAGIC_VOTE: &[u8; 8] = b"TESTVOTE";
 const MAGIC_SNAP: &[u8; 8] = b"TESTSNAP";
@@ -76,6 +76,16 @@ struct Store {
     wal: Wal,
 }
 
+impl Store {
+    /// Writes `frame`, then deletes the segments it made removable, as the log store does
+    /// (there on another thread, here at once, so the power can fail in between or during).
+    fn write(&mut self, frame: &PendingFrame) -> Result<(), String> {
+        self.wal.write(frame).map_err(|e| e.to_string())?;
+        let removable = self.wal.take_removable_segments();
+        remove_segments(&*self.dir, &removable).map_err(|e| e.to_string())
+    }
+}
+
 const SEGMENT_BYTES: u64 = 1500;
 
 fn reopen(dir: &SimDir) -> (Store, Expected) {
@@ -108,13 +118,13 @@ fn run_step(
                 .collect();
             let frame = PendingFrame::new(None, &[WalOpRef::Append(&entries)])?;
             model.append(entries)?;
-            store.wal.write(&frame).map_err(|e| e.to_string())
+            store.write(&frame)
         }
         Step::Truncate(n) => {
             let from = next_index.saturating_sub(*n as u64).max(first_unpurged);
             model.truncate_from(from);
             let frame = PendingFrame::new(None, &[WalOpRef::TruncateFrom(from)])?;
-            store.wal.write(&frame).map_err(|e| e.to_string())
+            store.write(&frame)
         }
         Step::Purge(per_mille) => {
             let unpurged: Vec<LogId> = model.entries.values().map(|e| e.log_id).collect();
@@ -124,7 +134,7 @@ fn run_step(
             let upto = unpurged[(unpurged.len() - 1) * usize::from(*per_mille) / 1000];
             model.purge(upto);
             let frame = PendingFrame::new(None, &[WalOpRef::Purge(upto)])?;
-            store.wal.write(&frame).map_err(|e| e.to_string())
+            store.write(&frame)
         }
         Step::Vote => {
             let v = vote.map_or(1, |v| v + 1);

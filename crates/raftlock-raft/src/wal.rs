@@ -11,6 +11,10 @@
 //! A segment is closed once it passes the size limit and a new one starts with a checkpoint
 //! frame (the last purged log id and the committed id), so the oldest segments can be deleted
 //! whole once a snapshot covers them, and the remaining suffix still replays to the same log.
+//! [`Wal::write`] does not delete them itself: it hands the names out
+//! ([`Wal::take_removable_segments`]) and the owner removes them ([`remove_segments`]) off the
+//! write path — an unlink and a directory sync can take tens of milliseconds, and every write
+//! of the log waits in openraft's core loop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -318,9 +322,6 @@ impl Wal {
         if self.current_len >= self.segment_bytes {
             self.rotate()?;
         }
-        if frame.purged.is_some() {
-            self.remove_purged_segments()?;
-        }
         Ok(())
     }
 
@@ -346,29 +347,37 @@ impl Wal {
         Ok(())
     }
 
-    /// Deletes the oldest closed segments whose entries are all purged, oldest first, syncing
-    /// the directory after each removal: a crash can then only leave a suffix of segments, which
-    /// always replays to the same log (a file system may persist unsynced removals in any order).
-    fn remove_purged_segments(&mut self) -> Result<(), StoreError> {
+    /// The oldest closed segments whose entries are all purged by a purge already written and
+    /// synced, oldest first, forgotten by the WAL from now on: the caller deletes them with
+    /// [`remove_segments`]. Until it does, a restart replays them (their entries are skipped as
+    /// purged), so a late or failed deletion costs disk space, never correctness.
+    pub fn take_removable_segments(&mut self) -> Vec<String> {
         let Some(purged) = self.last_purged else {
-            return Ok(());
+            return Vec::new();
         };
-        while self.segments.len() > 1 {
-            let oldest = &self.segments[0];
-            if oldest.max_index.is_some_and(|m| m > purged.index) {
-                break;
-            }
-            let name = segment_name(oldest.seq);
-            self.dir
-                .remove(&name)
-                .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
-            self.dir
-                .sync()
-                .map_err(|e| StoreError::io(self.dir.describe(""), e))?;
-            self.segments.remove(0);
-        }
-        Ok(())
+        let removable = self.segments[..self.segments.len() - 1]
+            .iter()
+            .take_while(|s| s.max_index.is_none_or(|m| m <= purged.index))
+            .count();
+        self.segments
+            .drain(..removable)
+            .map(|s| segment_name(s.seq))
+            .collect()
     }
+}
+
+/// Deletes segment files handed out by [`Wal::take_removable_segments`], in that order (oldest
+/// first), syncing the directory after each removal: a crash can then only leave a suffix of
+/// segments, which always replays to the same log (a file system may persist unsynced removals
+/// in any order).
+pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError> {
+    for name in names {
+        dir.remove(name)
+            .map_err(|e| StoreError::io(dir.describe(name), e))?;
+        dir.sync()
+            .map_err(|e| StoreError::io(dir.describe(""), e))?;
+    }
+    Ok(())
 }
 
 /// Creates segment `seq` holding one checkpoint frame, durably (file and directory).

@@ -41,7 +41,7 @@ async fn stores_recover_vote_logs_and_snapshot() {
         log_id: log_id(1, 1),
         payload: EntryPayload::Membership(membership.clone()),
     }];
-    entries.extend((2..=5).map(|i| normal(1, i, &format!("p{i}"))));
+    entries.extend((2..=6).map(|i| normal(1, i, &format!("p{i}"))));
 
     let snapshot_meta = {
         let (mut log, mut sm) = open(dir.path()).unwrap();
@@ -64,10 +64,12 @@ async fn stores_recover_vote_logs_and_snapshot() {
         assert_eq!(snap.meta.last_log_id, Some(log_id(1, 3)));
 
         // Applied but only recoverable through the log: not in the snapshot.
-        sm.apply(entries[3..].to_vec()).await.unwrap();
+        sm.apply(entries[3..5].to_vec()).await.unwrap();
         assert_eq!(*sm.subscribe_applied().borrow(), 5);
         log.save_committed(Some(log_id(1, 5))).await.unwrap();
         log.purge(log_id(1, 2)).await.unwrap();
+        // The purge and the committed id are written with the next frame.
+        log.blocking_append(entries[5..].to_vec()).await.unwrap();
         snap.meta
     };
 
@@ -75,7 +77,7 @@ async fn stores_recover_vote_logs_and_snapshot() {
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
     let state = log.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
-    assert_eq!(state.last_log_id, Some(log_id(1, 5)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 6)));
     assert_eq!(
         log.try_get_log_entries(0..10).await.unwrap(),
         entries[2..].to_vec()

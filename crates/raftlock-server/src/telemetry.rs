@@ -170,7 +170,12 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "raftlock_log_purge_duration_seconds",
         Kind::Histogram,
-        "Time to purge the log up to a snapshot: the entries dropped from memory and the purge record written and synced.",
+        "Time openraft's core loop spends purging the log up to a snapshot: memory only (the purge record rides in the next log write).",
+    ),
+    (
+        "raftlock_wal_segment_removal_duration_seconds",
+        Kind::Histogram,
+        "Time to delete WAL segments a purge freed (unlink and directory sync each), on the wal-janitor thread, off the write path.",
     ),
     (
         "raftlock_wal_bytes_total",
