@@ -31,7 +31,9 @@ pub struct RaftTiming {
     /// A follower's election timeout: how long it waits after the leader lease before it
     /// campaigns.
     pub election_timeout: Duration,
-    /// Build a snapshot (and allow purging the log) after this many entries since the last.
+    /// Build a snapshot (and allow purging the log) after this many entries since the last;
+    /// 0: openraft never builds one on its own and the caller triggers them (the server's
+    /// compactor, which also weighs the state's size).
     pub snapshot_logs: u64,
 }
 
@@ -64,7 +66,10 @@ pub fn raft_config(timing: &RaftTiming) -> Result<Arc<Config>, ConfigError> {
         election_timeout_min: timing.election_timeout.as_millis() as u64,
         election_timeout_max: timing.leader_lease().as_millis() as u64,
         install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(timing.snapshot_logs),
+        snapshot_policy: match timing.snapshot_logs {
+            0 => SnapshotPolicy::Never,
+            logs => SnapshotPolicy::LogsSinceLast(logs),
+        },
         max_in_snapshot_log_to_keep: LOGS_KEPT_AFTER_SNAPSHOT,
         max_payload_entries: MAX_PAYLOAD_ENTRIES,
         ..Default::default()
@@ -82,6 +87,18 @@ mod tests {
         assert_eq!(c.heartbeat_interval, 100);
         assert_eq!((c.election_timeout_min, c.election_timeout_max), (250, 375));
         assert_eq!(c.max_in_snapshot_log_to_keep, LOGS_KEPT_AFTER_SNAPSHOT);
+    }
+
+    #[test]
+    fn zero_snapshot_logs_leaves_snapshots_to_the_caller() {
+        let timing = RaftTiming {
+            snapshot_logs: 0,
+            ..RaftTiming::default()
+        };
+        let c = raft_config(&timing).unwrap();
+        assert_eq!(c.snapshot_policy, SnapshotPolicy::Never);
+        let c = raft_config(&RaftTiming::default()).unwrap();
+        assert_eq!(c.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
     }
 
     #[test]

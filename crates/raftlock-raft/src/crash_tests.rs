@@ -132,7 +132,7 @@ fn run_step(
                 return Ok(());
             }
             let upto = unpurged[(unpurged.len() - 1) * usize::from(*per_mille) / 1000];
-            model.purge(upto);
+            drop(model.purge(upto));
             let frame = PendingFrame::new(None, &[WalOpRef::Purge(upto)])?;
             store.write(&frame)
         }

@@ -136,13 +136,25 @@ impl DirFile for OsFile {
     }
 }
 
+/// Data [`write_atomically`] writes between two syncs. A large file (a snapshot of a big
+/// state is ~100 MB) written whole and then synced leaves that much dirty data, and the
+/// write-ahead log's next `fdatasync` queues behind its flush (seen as 0.5 s stalls of every
+/// write); synced piece by piece, a WAL sync waits for at most one piece.
+pub const SYNC_CHUNK_BYTES: usize = 1 << 20;
+
 /// Writes `name` so that after any crash it holds either its previous content or `bytes`,
-/// whole: write a temporary file, sync it, rename it over `name`, sync the directory.
+/// whole: write a temporary file (synced every [`SYNC_CHUNK_BYTES`]), sync it, rename it over
+/// `name`, sync the directory.
 pub fn write_atomically(dir: &dyn Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = format!("{name}{TMP_SUFFIX}");
     let mut file = dir.create(&tmp)?;
-    file.append(bytes)?;
-    file.sync()?;
+    for chunk in bytes.chunks(SYNC_CHUNK_BYTES) {
+        file.append(chunk)?;
+        file.sync()?;
+    }
+    if bytes.is_empty() {
+        file.sync()?;
+    }
     drop(file);
     dir.rename(&tmp, name)?;
     dir.sync()

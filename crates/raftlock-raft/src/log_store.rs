@@ -254,15 +254,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// In memory only; the next frame writes it (see the module doc).
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let started = Instant::now();
-        {
+        let purged = {
             let mut mem = self.mem_mut();
-            mem.purge(log_id);
+            let purged = mem.purge(log_id);
             let mut unwritten = self
                 .inner
                 .unwritten_purge
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             *unwritten = (*unwritten).max(Some(log_id));
+            purged
+        };
+        // Freeing them took up to 80 ms in the core loop with 1M locks held (a purge follows
+        // a snapshot, when the log is at its longest).
+        if !purged.is_empty() {
+            tokio::task::spawn_blocking(move || drop(purged));
         }
         metrics::histogram!("raftlock_log_purge_duration_seconds")
             .record(started.elapsed().as_secs_f64());

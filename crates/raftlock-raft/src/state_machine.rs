@@ -80,9 +80,45 @@ fn snap_write(meta: &SnapshotMeta, e: &dyn std::error::Error) -> StorageError {
 fn snap_read(e: &dyn std::error::Error) -> StorageError {
     StorageIOError::read_snapshot(None, openraft::AnyError::error(e)).into()
 }
-fn join_err(e: tokio::task::JoinError) -> StoreError {
-    StoreError::io(SNAPSHOT_FILE, std::io::Error::other(e))
+fn join_err(e: tokio::sync::oneshot::error::RecvError) -> StoreError {
+    StoreError::io(
+        SNAPSHOT_FILE,
+        std::io::Error::other(format!("the snapshot thread ended without an answer: {e}")),
+    )
 }
+
+/// Nice value of the threads that encode and write snapshots: a snapshot of a large state
+/// takes a core for a second or two, and on a busy node the request path should win that core.
+const SNAPSHOT_THREAD_NICE: i32 = 10;
+
+/// Runs `work` on a thread of its own at a lower CPU priority ([`SNAPSHOT_THREAD_NICE`]).
+/// A fresh thread, not tokio's blocking pool: a pool thread would keep the lower priority for
+/// whatever runs on it next (a process without privileges cannot raise it back), and
+/// snapshots are rare enough for a thread each.
+async fn in_snapshot_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("snapshot".into())
+        .spawn(move || {
+            lower_this_threads_priority();
+            let _ = tx.send(work());
+        })
+        .map_err(|e| StoreError::io("a snapshot thread", e))?;
+    rx.await.map_err(join_err)
+}
+
+#[cfg(target_os = "linux")]
+fn lower_this_threads_priority() {
+    // On Linux a thread is a task of its own: PRIO_PROCESS with who = 0 renices the calling
+    // thread only (setpriority(2), NOTES). Best effort: a refusal leaves the default priority.
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, SNAPSHOT_THREAD_NICE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_this_threads_priority() {}
 
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
@@ -150,11 +186,10 @@ impl Shared {
         let started = Instant::now();
         let meta = snap.meta.clone();
         metrics::gauge!("raftlock_snapshot_bytes").set(snap.data.len() as f64);
-        let snap = tokio::task::spawn_blocking(move || {
+        let snap = in_snapshot_thread(move || {
             checked_file::save(&*dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).map(|_| snap)
         })
         .await
-        .map_err(join_err)
         .and_then(|r| r)
         .map_err(|e| snap_write(&meta, &e))?;
         metrics::histogram!("raftlock_snapshot_duration_seconds")
@@ -239,7 +274,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .clone();
         metrics::histogram!("raftlock_snapshot_copy_seconds")
             .record(copied.elapsed().as_secs_f64());
-        let (data, meta) = tokio::task::spawn_blocking(move || {
+        let (data, meta) = in_snapshot_thread(move || {
             let data = encode_state(&state).map_err(|e| sm_read(&*e))?;
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -387,6 +422,21 @@ mod persist_tests {
     use super::*;
     use crate::sim_fs::SimDir;
     use openraft::CommittedLeaderId;
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn snapshot_work_runs_at_a_lower_priority_than_its_caller() {
+        // SAFETY: getpriority only reads the calling thread's nice value.
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let caller = nice();
+        let worker = in_snapshot_thread(nice).await.unwrap();
+        assert!(
+            worker >= SNAPSHOT_THREAD_NICE,
+            "snapshot thread at nice {worker}"
+        );
+        assert!(caller < worker, "caller at {caller}, worker at {worker}");
+        assert_eq!(nice(), caller, "the caller keeps its priority");
+    }
 
     fn stored(index: u64) -> StoredSnapshot {
         StoredSnapshot {

@@ -114,12 +114,15 @@ impl LogContents {
     }
 
     /// Removes the entries up to and including `upto` and remembers it as the last purged.
-    pub fn purge(&mut self, upto: LogId) {
+    /// Returns the removed entries, so the caller can free them outside its locks (a purge
+    /// after a snapshot of a busy log drops a hundred thousand entries).
+    pub fn purge(&mut self, upto: LogId) -> BTreeMap<u64, Entry> {
         if self.last_purged.is_some_and(|p| p.index >= upto.index) {
-            return;
+            return BTreeMap::new();
         }
-        self.entries = self.entries.split_off(&(upto.index + 1));
+        let kept = self.entries.split_off(&(upto.index + 1));
         self.last_purged = Some(upto);
+        std::mem::replace(&mut self.entries, kept)
     }
 
     /// After a replay: the first entry must directly follow the last purged one.
@@ -143,7 +146,7 @@ impl LogContents {
             match op {
                 WalOp::Append(entries) => self.append(entries)?,
                 WalOp::TruncateFrom(index) => self.truncate_from(index),
-                WalOp::Purge(upto) => self.purge(upto),
+                WalOp::Purge(upto) => drop(self.purge(upto)),
             }
         }
         if frame.committed > self.committed {
