@@ -265,7 +265,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             *unwritten = (*unwritten).max(Some(log_id));
             purged
         };
-        // Freeing them took up to 80 ms in the core loop with 1M locks held (a purge follows
+        // Freeing them took over 50 ms in the core loop with 1M locks held (a purge follows
         // a snapshot, when the log is at its longest).
         if !purged.is_empty() {
             tokio::task::spawn_blocking(move || drop(purged));
