@@ -697,18 +697,20 @@ impl Cluster {
             .expect("another running node")
     }
 
-    /// Creates a project and a key of `kind`; returns the key secret.
+    /// Creates a project and a key of `kind`; returns the key secret. Set-up, not the subject:
+    /// a `503` (no leader for a moment, e.g. an election on a loaded CI machine right after
+    /// start) is retried as a client following `Retry-After` would.
     pub async fn project_key(&self, project: &str, kind: &str, scopes: &[&str]) -> Result<String> {
         let node = self.ids()[0];
         let r = self
-            .admin_post(node, "/admin/v1/projects", json!({ "name": project }))
+            .admin_post_until_served(node, "/admin/v1/projects", json!({ "name": project }))
             .await?;
         if !(r.status().is_success() || r.status().as_u16() == 409) {
             bail!("create project: {}", r.status());
         }
         let path = format!("/admin/v1/projects/{project}/keys");
         let r = self
-            .admin_post(node, &path, json!({ "kind": kind, "scopes": scopes }))
+            .admin_post_until_served(node, &path, json!({ "kind": kind, "scopes": scopes }))
             .await?;
         if r.status().as_u16() != 201 {
             bail!("create key: {} {}", r.status(), r.text().await?);
@@ -746,6 +748,24 @@ impl Cluster {
             .json(&body)
             .send()
             .await?)
+    }
+
+    /// [`Cluster::admin_post`], repeated for up to 15 s while the answer is `503` (no leader
+    /// or no quorum for a moment). For set-up steps only.
+    async fn admin_post_until_served(
+        &self,
+        node: u64,
+        path: &str,
+        body: Value,
+    ) -> Result<reqwest::Response> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let r = self.admin_post(node, path, body.clone()).await?;
+            if r.status().as_u16() != 503 || Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
