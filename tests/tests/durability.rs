@@ -146,8 +146,9 @@ fn node_trace(path: &Path) -> Result<NodeTrace> {
 }
 
 impl NodeTrace {
-    /// Whether a WAL write entered after `from` was synced by a call that returned before
-    /// `until`.
+    /// Whether a WAL write entered after `from` was synced by a call that entered after the
+    /// write returned and itself returned before `until` (a write that never returned, or a
+    /// sync racing it on another thread, proves nothing).
     fn synced_a_write_between(&self, from: f64, until: f64) -> bool {
         self.wal_writes
             .iter()
@@ -155,7 +156,7 @@ impl NodeTrace {
             .any(|w| {
                 self.wal_syncs
                     .iter()
-                    .any(|s| s.fd() == w.fd() && s.start >= w.start && s.end < until)
+                    .any(|s| s.fd() == w.fd() && s.start >= w.end && s.end < until)
             })
     }
 

@@ -74,13 +74,23 @@ fn entry(term: u64, index: u64) -> Entry {
 struct Store {
     dir: Arc<dyn Dir>,
     wal: Wal,
+    /// A purge not written yet: as in the log store, it rides in the next frame, before that
+    /// frame's own operation.
+    unwritten_purge: Option<LogId>,
 }
 
 impl Store {
-    /// Writes `frame`, then deletes the segments it made removable, as the log store does
-    /// (there on another thread, here at once, so the power can fail in between or during).
-    fn write(&mut self, frame: &PendingFrame) -> Result<(), String> {
-        self.wal.write(frame).map_err(|e| e.to_string())?;
+    /// Writes one frame: the unwritten purge (applied to `model` first), then `op` — as the
+    /// log store does; then deletes the segments it made removable (there on another thread,
+    /// here at once, so the power can fail in between or during).
+    fn write(&mut self, model: &mut LogContents, op: WalOpRef<'_>) -> Result<(), String> {
+        let purge = self.unwritten_purge.take();
+        if let Some(upto) = purge {
+            drop(model.purge(upto));
+        }
+        let ops: Vec<WalOpRef> = purge.map(WalOpRef::Purge).into_iter().chain([op]).collect();
+        let frame = PendingFrame::new(None, &ops)?;
+        self.wal.write(&frame).map_err(|e| e.to_string())?;
         let removable = self.wal.take_removable_segments();
         remove_segments(&*self.dir, &removable).map_err(|e| e.to_string())
     }
@@ -95,7 +105,14 @@ fn reopen(dir: &SimDir) -> (Store, Expected) {
     let snap =
         checked_file::load::<Vec<u8>>(&*dir, "snapshot", MAGIC_SNAP).expect("snapshot is whole");
     let state = observe(&log, vote, snap);
-    (Store { dir, wal }, state)
+    (
+        Store {
+            dir,
+            wal,
+            unwritten_purge: None,
+        },
+        state,
+    )
 }
 
 /// Runs `step` against the store and the in-memory model; `Err` means the power failed.
@@ -116,15 +133,20 @@ fn run_step(
             let entries: Vec<Entry> = (0..*n as u64)
                 .map(|i| entry(term, next_index + i))
                 .collect();
-            let frame = PendingFrame::new(None, &[WalOpRef::Append(&entries)])?;
+            let result = store.write(model, WalOpRef::Append(&entries));
             model.append(entries)?;
-            store.write(&frame)
+            result
         }
         Step::Truncate(n) => {
-            let from = next_index.saturating_sub(*n as u64).max(first_unpurged);
+            // openraft truncates only uncommitted entries, so never below a purge, written or not.
+            let pending = store.unwritten_purge.map_or(0, |p| p.index + 1);
+            let from = next_index
+                .saturating_sub(*n as u64)
+                .max(first_unpurged)
+                .max(pending);
+            let result = store.write(model, WalOpRef::TruncateFrom(from));
             model.truncate_from(from);
-            let frame = PendingFrame::new(None, &[WalOpRef::TruncateFrom(from)])?;
-            store.write(&frame)
+            result
         }
         Step::Purge(per_mille) => {
             let unpurged: Vec<LogId> = model.entries.values().map(|e| e.log_id).collect();
@@ -132,9 +154,9 @@ fn run_step(
                 return Ok(());
             }
             let upto = unpurged[(unpurged.len() - 1) * usize::from(*per_mille) / 1000];
-            drop(model.purge(upto));
-            let frame = PendingFrame::new(None, &[WalOpRef::Purge(upto)])?;
-            store.write(&frame)
+            // No I/O: durable with the next frame, and only then part of the model.
+            store.unwritten_purge = store.unwritten_purge.max(Some(upto));
+            Ok(())
         }
         Step::Vote => {
             let v = vote.map_or(1, |v| v + 1);

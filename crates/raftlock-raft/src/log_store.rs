@@ -83,6 +83,9 @@ impl LogStore {
         let (wal, contents) = Wal::open(dir.clone(), segment_bytes)?;
         let vote = checked_file::load::<Vote>(&*dir, VOTE_FILE, VOTE_MAGIC)?;
         let janitor = Janitor::spawn(dir.clone())?;
+        // Counted from what is on disk, so compaction by size also sees log written before a
+        // restart (a node restarted often would otherwise never reach the threshold).
+        let written = wal.replayed_bytes();
         Ok(LogStore {
             inner: Arc::new(Inner {
                 dir,
@@ -91,7 +94,7 @@ impl LogStore {
                 unwritten_purge: Mutex::new(None),
                 janitor,
                 vote: Mutex::new(vote),
-                written: std::sync::atomic::AtomicU64::new(0),
+                written: std::sync::atomic::AtomicU64::new(written),
                 _dir_lock: dir_lock,
             }),
         })
@@ -135,7 +138,7 @@ impl LogStore {
         .map_err(|e| StoreError::io("write-ahead log", std::io::Error::other(e)))?
     }
 
-    /// Bytes this process has written to the WAL so far.
+    /// Bytes written to the WAL: the segment files found at open plus what this process wrote.
     pub fn bytes_written(&self) -> u64 {
         self.inner
             .written
@@ -292,17 +295,7 @@ impl Janitor {
         let (tx, rx) = mpsc::channel::<Vec<String>>();
         let thread = std::thread::Builder::new()
             .name("wal-janitor".into())
-            .spawn(move || {
-                for names in rx {
-                    let started = Instant::now();
-                    if let Err(e) = wal::remove_segments(&*dir, &names) {
-                        // The segment stays and is replayed (and skipped) at the next start.
-                        tracing::warn!(error = %e, "cannot delete a purged WAL segment");
-                    }
-                    metrics::histogram!("raftlock_wal_segment_removal_duration_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                }
-            })
+            .spawn(move || run_janitor(&*dir, rx))
             .map_err(|e| StoreError::io("the wal-janitor thread", e))?;
         Ok(Janitor {
             tx: Some(tx),
@@ -318,6 +311,29 @@ impl Janitor {
             // Fails only once the thread is gone; the files then wait for the next start.
             let _ = tx.send(names);
         }
+    }
+}
+
+/// Deletes each batch of segment names received, oldest first, until the first failure;
+/// after it, nothing more (see [`wal::remove_segments`]): the failed segment and every newer
+/// one stay, a suffix that replays (purged entries skipped) at the next start.
+fn run_janitor(dir: &dyn Dir, batches: mpsc::Receiver<Vec<String>>) {
+    let mut failed = false;
+    for names in batches {
+        if failed {
+            continue;
+        }
+        let started = Instant::now();
+        if let Err(e) = wal::remove_segments(dir, &names) {
+            tracing::warn!(
+                error = %e,
+                "cannot delete a purged WAL segment; keeping it and every newer one until the \
+                 next start"
+            );
+            failed = true;
+        }
+        metrics::histogram!("raftlock_wal_segment_removal_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
     }
 }
 
@@ -392,6 +408,66 @@ mod tests {
         store.purge(log_id(10)).await.unwrap();
         store.blocking_append(entries(11..=12)).await.unwrap();
         assert_eq!(reopened(&disk).await, (vec![11, 12], Some(10)));
+    }
+
+    /// A `Dir` whose `remove` of one name fails.
+    struct FailingRemove {
+        inner: SimDir,
+        fails: &'static str,
+    }
+
+    impl Dir for FailingRemove {
+        fn list(&self) -> std::io::Result<Vec<String>> {
+            self.inner.list()
+        }
+        fn read(&self, name: &str) -> std::io::Result<Option<Vec<u8>>> {
+            self.inner.read(name)
+        }
+        fn create(&self, name: &str) -> std::io::Result<Box<dyn crate::fs::DirFile>> {
+            self.inner.create(name)
+        }
+        fn open_append(&self, name: &str) -> std::io::Result<Box<dyn crate::fs::DirFile>> {
+            self.inner.open_append(name)
+        }
+        fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, name: &str) -> std::io::Result<()> {
+            if name == self.fails {
+                return Err(std::io::Error::other("injected"));
+            }
+            self.inner.remove(name)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.inner.sync()
+        }
+        fn describe(&self, name: &str) -> String {
+            self.inner.describe(name)
+        }
+    }
+
+    /// After a failed deletion the janitor deletes nothing newer: a newer segment deleted
+    /// behind an older one left on disk would be a hole the next start refuses.
+    #[test]
+    fn the_janitor_stops_at_the_first_failed_deletion() {
+        let disk = SimDir::new();
+        for name in ["wal-1", "wal-2", "wal-3"] {
+            disk.create(name).unwrap().sync().unwrap();
+        }
+        let dir = FailingRemove {
+            inner: disk.clone(),
+            fails: "wal-2",
+        };
+        let (tx, rx) = mpsc::channel();
+        for batch in [&["wal-1"][..], &["wal-2"], &["wal-3"]] {
+            tx.send(batch.iter().map(|n| n.to_string()).collect())
+                .unwrap();
+        }
+        drop(tx);
+        run_janitor(&dir, rx);
+        let mut left = disk.list().unwrap();
+        left.sort();
+        assert_eq!(left, ["wal-2", "wal-3"]);
     }
 
     /// Segments a purge frees are deleted by the janitor, not by the write; dropping the store

@@ -221,6 +221,9 @@ fn parse_segment_name(name: &str) -> Option<u64> {
 
 /// The open write-ahead log: the segment being appended to and the list of older ones.
 pub struct Wal {
+    /// Bytes of all segment files found at open (after cutting a torn tail): what this node
+    /// wrote to its log before this process, at most, since its last snapshot.
+    replayed_bytes: u64,
     dir: Arc<dyn Dir>,
     /// Oldest first; the last one is `current`.
     segments: Vec<Segment>,
@@ -254,11 +257,13 @@ impl Wal {
         let mut contents = LogContents::default();
         let mut segments = Vec::new();
         let mut current_len = 0;
+        let mut replayed_bytes = 0;
         for (i, &seq) in seqs.iter().enumerate() {
             let is_last = i + 1 == seqs.len();
             let (max_index, len) = replay_segment(&*dir, seq, is_last, &mut contents)?;
             segments.push(Segment { seq, max_index });
             current_len = len;
+            replayed_bytes += len;
         }
         if let Some(&first) = seqs.first() {
             contents.check_starts_after_purge().map_err(|reason| {
@@ -292,6 +297,7 @@ impl Wal {
             }
         };
         let wal = Wal {
+            replayed_bytes,
             dir,
             segments,
             current,
@@ -326,6 +332,11 @@ impl Wal {
             self.rotate()?;
         }
         Ok(())
+    }
+
+    /// Bytes of the segment files found at open.
+    pub fn replayed_bytes(&self) -> u64 {
+        self.replayed_bytes
     }
 
     /// The number of segment files.
@@ -372,7 +383,8 @@ impl Wal {
 /// Deletes segment files handed out by [`Wal::take_removable_segments`], in that order (oldest
 /// first), syncing the directory after each removal: a crash can then only leave a suffix of
 /// segments, which always replays to the same log (a file system may persist unsynced removals
-/// in any order).
+/// in any order). After an error the caller must delete nothing newer, ever: a segment left
+/// behind an older, deleted one is a suffix, one left before a deleted newer one is a hole.
 pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError> {
     for name in names {
         dir.remove(name)
