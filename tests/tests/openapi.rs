@@ -15,6 +15,11 @@ use anyhow::{bail, ensure, Context, Result};
 use raftlock_tests::Cluster;
 use serde_json::Value;
 
+/// Held by every test here for its whole run, so they run one at a time: schemathesis and
+/// the generated client are CPU-heavy Python processes, and beside another test's debug-build
+/// cluster on a 2-core CI machine they starved it of a stable leader for 15 s (seen twice).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn venv_tool(name: &str) -> Result<PathBuf> {
     let venv = std::env::var("RAFTLOCK_PY_VENV").context(
         "RAFTLOCK_PY_VENV is not set: run `make pyenv` and set it to target/py-venv \
@@ -47,6 +52,7 @@ async fn cluster_with_key() -> Result<(Cluster, String)> {
 
 #[tokio::test]
 async fn every_node_serves_the_committed_valid_document() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start(3).await?;
     let committed = committed_document()?;
     for id in cluster.ids() {
@@ -81,6 +87,7 @@ async fn every_node_serves_the_committed_valid_document() -> Result<()> {
 /// key, so they answer 403 and change nothing.
 #[tokio::test]
 async fn every_documented_route_is_served() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let (cluster, key) = cluster_with_key().await?;
     let doc: Value = serde_json::from_str(&committed_document()?)?;
     let paths = doc["paths"].as_object().context("paths")?;
@@ -159,6 +166,7 @@ fn schemathesis(schema_url: &str, token: &str, args: &[&str]) -> Result<u64> {
 
 #[tokio::test]
 async fn schemathesis_finds_no_mismatch() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let (cluster, key) = cluster_with_key().await?;
     let schema = cluster.url(1, "/openapi.json");
     // Every operation with a service-role key (through a follower or the leader alike: node 1
@@ -189,6 +197,7 @@ async fn schemathesis_finds_no_mismatch() -> Result<()> {
 
 #[tokio::test]
 async fn a_generated_python_client_works() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let (cluster, key) = cluster_with_key().await?;
     let dir = tempfile::tempdir()?;
     let out = Command::new(venv_tool("openapi-python-client")?)
@@ -227,6 +236,7 @@ async fn a_generated_python_client_works() -> Result<()> {
 /// error with a stable code, like every other refusal, and changes nothing.
 #[tokio::test]
 async fn malformed_path_parameters_are_json_errors() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start(1).await?;
     cluster
         .wait_for_leader(std::time::Duration::from_secs(10))
