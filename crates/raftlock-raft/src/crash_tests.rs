@@ -88,8 +88,7 @@ impl Store {
         if let Some(upto) = purge {
             drop(model.purge(upto));
         }
-        let ops: Vec<WalOpRef> = purge.map(WalOpRef::Purge).into_iter().chain([op]).collect();
-        let frame = PendingFrame::new(None, &ops)?;
+        let frame = PendingFrame::after_purge(None, purge, op)?;
         self.wal.write(&frame).map_err(|e| e.to_string())?;
         let removable = self.wal.take_removable_segments();
         remove_segments(&*self.dir, &removable).map_err(|e| e.to_string())

@@ -108,17 +108,18 @@ impl LogStore {
         self.inner.mem.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Encodes one frame: the unwritten purge, if any, then `op`. Call with `mem` write-locked
-    /// (`committed` is read from it).
-    fn frame(&self, committed: Option<LogId>, op: WalOpRef<'_>) -> Result<PendingFrame, String> {
-        let purge = self
-            .inner
+    /// The purge done in memory but not yet written. Lock it only with `mem` write-locked.
+    fn unwritten_purge(&self) -> std::sync::MutexGuard<'_, Option<LogId>> {
+        self.inner
             .unwritten_purge
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let ops: Vec<WalOpRef> = purge.map(WalOpRef::Purge).into_iter().chain([op]).collect();
-        PendingFrame::new(committed, &ops)
+    }
+
+    /// Encodes one frame: the unwritten purge, if any, then `op`. Call with `mem` write-locked
+    /// (`committed` is read from it).
+    fn frame(&self, committed: Option<LogId>, op: WalOpRef<'_>) -> Result<PendingFrame, String> {
+        PendingFrame::after_purge(committed, self.unwritten_purge().take(), op)
     }
 
     /// Writes `frame` and syncs it on a blocking thread; hands the segments that frees to
@@ -260,11 +261,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let purged = {
             let mut mem = self.mem_mut();
             let purged = mem.purge(log_id);
-            let mut unwritten = self
-                .inner
-                .unwritten_purge
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut unwritten = self.unwritten_purge();
             *unwritten = (*unwritten).max(Some(log_id));
             purged
         };

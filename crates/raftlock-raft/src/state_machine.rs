@@ -267,7 +267,7 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        // Copy under the read lock, encode the copy on a blocking thread: apply and reads
+        // Copy under the read lock, encode the copy on a snapshot thread: apply and reads
         // wait only for the copy. project-lock locks live in persistent maps, so their copy is O(1)
         // however many there are (docs/architecture.md, *Snapshots*).
         let copied = std::time::Instant::now();

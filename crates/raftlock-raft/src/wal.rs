@@ -189,6 +189,18 @@ impl PendingFrame {
         })
     }
 
+    /// One frame for `op`, preceded by `purge` if there is one (the log store writes a purge
+    /// with the next frame). The purge goes first so that after a purge past the log's end
+    /// (a follower that installed a snapshot) the frame's append replays without a hole.
+    pub fn after_purge(
+        committed: Option<LogId>,
+        purge: Option<LogId>,
+        op: WalOpRef<'_>,
+    ) -> Result<Self, String> {
+        let ops: Vec<WalOpRef> = purge.map(WalOpRef::Purge).into_iter().chain([op]).collect();
+        Self::new(committed, &ops)
+    }
+
     /// Encoded size, header included.
     pub fn len(&self) -> usize {
         self.bytes.len()
