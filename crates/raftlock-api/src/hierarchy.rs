@@ -30,6 +30,19 @@ pub const METHODS: &[&str] = &[
     "DeleteLock",
     "ListLocks",
     "ListWaiters",
+    "CreateSemaphore",
+    "GetSemaphore",
+    "UpdateSemaphore",
+    "DeleteSemaphore",
+    "ListSemaphores",
+    "ListSemaphoreHolders",
+    "AcquireSemaphore",
+    "ReleaseSemaphore",
+    "CreateSemaphoreLease",
+    "GetSemaphoreLease",
+    "RefreshSemaphoreLease",
+    "RevokeSemaphoreLease",
+    "ListSemaphoreLeases",
 ];
 
 // ---- views -----------------------------------------------------------------------------
@@ -53,7 +66,8 @@ pub struct Namespace {
     pub updated_at: i64,
 }
 
-/// A server-side lease that holds locks.
+/// A server-side lease that holds locks (a lock lease) or semaphore permits (a semaphore
+/// lease: same shape, kept apart — one kind cannot be used for the other).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockLease {

@@ -11,6 +11,8 @@
 //! - [`locks`]: the project-lock API (`/locks/…`): TTL body, lease, status and list answers.
 //! - [`hierarchy`]: the hierarchical-lock API (`POST /v1beta/{Method}`): every request and
 //!   response message, the lock/lease/namespace views and their enums.
+//! - [`semaphores`]: semaphores and semaphore leases (Grackle's semaphore methods on the same
+//!   `POST /v1beta/{Method}` route): requests, responses, the semaphore and holder views.
 //! - [`admin`]: the admin API: key kinds, projects, keys and the cluster view.
 //! - `schemas` (feature `openapi`): the named field schemas — namespace and lock names, lease
 //!   ids, metadata — that several messages share, each pattern written once.
@@ -26,6 +28,7 @@ pub mod hierarchy;
 pub mod locks;
 #[cfg(feature = "openapi")]
 pub mod schemas;
+pub mod semaphores;
 
 use std::collections::BTreeMap;
 

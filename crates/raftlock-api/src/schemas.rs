@@ -56,6 +56,16 @@ string_schema!(
 );
 
 string_schema!(
+    /// Semaphore names.
+    SemaphoreName,
+    "SemaphoreName",
+    "^[-_0-9a-zA-Z]{1,128}$",
+    Some(1),
+    Some(128),
+    "A semaphore name: 1–128 of `[-_0-9a-zA-Z]`."
+);
+
+string_schema!(
     /// Lease ids as the server makes them.
     LeaseId,
     "LeaseId",

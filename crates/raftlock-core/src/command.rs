@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
 use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView, WaitSpec};
+use crate::semaphores::{SemAcquireReply, SemaphoreView};
 use crate::tenancy::{KeyKind, KeyView, ProjectView};
 use crate::Nanos;
 
@@ -79,7 +80,7 @@ impl Op {
     pub fn fingerprint(&self) -> u32 {
         let mut asked = self.clone();
         if let Op::Hier {
-            op: HierOp::CreateLease { lease_id, .. },
+            op: HierOp::CreateLease { lease_id, .. } | HierOp::CreateSemaphoreLease { lease_id, .. },
             ..
         } = &mut asked
         {
@@ -159,6 +160,64 @@ pub enum HierOp {
         namespace: String,
         lock_name: String,
     },
+    // Semaphores (appended: the encoding of an enum is its variant index).
+    CreateSemaphore {
+        namespace: String,
+        name: String,
+        description: String,
+        permits: u64,
+        metadata: BTreeMap<String, String>,
+    },
+    /// Conditional: `expected_version` must be the current version.
+    UpdateSemaphore {
+        namespace: String,
+        name: String,
+        description: String,
+        permits: u64,
+        metadata: BTreeMap<String, String>,
+        expected_version: Option<u64>,
+    },
+    DeleteSemaphore {
+        namespace: String,
+        name: String,
+    },
+    CreateSemaphoreLease {
+        namespace: String,
+        lease_id: String,
+        process_id: String,
+        ttl_seconds: u64,
+    },
+    RefreshSemaphoreLease {
+        namespace: String,
+        lease_id: String,
+        ttl_seconds: u64,
+    },
+    RevokeSemaphoreLease {
+        namespace: String,
+        lease_id: String,
+    },
+    /// Acquire `weight` permits; with `wait`, one that cannot be granted joins the FIFO queue.
+    AcquireSemaphore {
+        namespace: String,
+        name: String,
+        lease_id: String,
+        weight: u64,
+        metadata: BTreeMap<String, String>,
+        wait: Option<WaitSpec>,
+    },
+    /// Ends a queued semaphore acquire; ACQUIRED if the lease holds `weight` by then.
+    CancelSemaphoreWait {
+        namespace: String,
+        name: String,
+        lease_id: String,
+        weight: u64,
+        waiter_id: String,
+    },
+    ReleaseSemaphore {
+        namespace: String,
+        name: String,
+        lease_id: String,
+    },
 }
 
 impl HierOp {
@@ -237,6 +296,95 @@ impl HierOp {
                 v::simple_name("namespace_name", namespace)?;
                 v::lock_name(lock_name)
             }
+            HierOp::CreateSemaphore {
+                namespace,
+                name,
+                description,
+                permits,
+                metadata,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("semaphore_name", name)?;
+                v::description(description)?;
+                v::permits("permits", *permits)?;
+                v::metadata(metadata)
+            }
+            HierOp::UpdateSemaphore {
+                namespace,
+                name,
+                description,
+                permits,
+                metadata,
+                expected_version,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("semaphore_name", name)?;
+                v::description(description)?;
+                v::permits("permits", *permits)?;
+                v::metadata(metadata)?;
+                v::expected_version(*expected_version)
+            }
+            HierOp::DeleteSemaphore { namespace, name }
+            | HierOp::ReleaseSemaphore {
+                namespace, name, ..
+            }
+            | HierOp::CancelSemaphoreWait {
+                namespace, name, ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("semaphore_name", name)
+            }
+            HierOp::CreateSemaphoreLease {
+                namespace,
+                process_id,
+                ttl_seconds,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::process_id(process_id)?;
+                v::lease_ttl(*ttl_seconds)
+            }
+            HierOp::RefreshSemaphoreLease {
+                namespace,
+                ttl_seconds,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::lease_ttl(*ttl_seconds)
+            }
+            HierOp::RevokeSemaphoreLease { namespace, .. } => {
+                v::simple_name("namespace_name", namespace)
+            }
+            HierOp::AcquireSemaphore {
+                namespace,
+                name,
+                weight,
+                metadata,
+                wait,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("semaphore_name", name)?;
+                v::permits("weight", *weight)?;
+                v::metadata(metadata)?;
+                wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
+            }
+        }
+    }
+
+    /// The namespace a semaphore call works in (`None` for the lock and namespace calls).
+    pub fn semaphore_namespace(&self) -> Option<&str> {
+        match self {
+            HierOp::CreateSemaphore { namespace, .. }
+            | HierOp::UpdateSemaphore { namespace, .. }
+            | HierOp::DeleteSemaphore { namespace, .. }
+            | HierOp::CreateSemaphoreLease { namespace, .. }
+            | HierOp::RefreshSemaphoreLease { namespace, .. }
+            | HierOp::RevokeSemaphoreLease { namespace, .. }
+            | HierOp::AcquireSemaphore { namespace, .. }
+            | HierOp::CancelSemaphoreWait { namespace, .. }
+            | HierOp::ReleaseSemaphore { namespace, .. } => Some(namespace),
+            _ => None,
         }
     }
 }
@@ -257,4 +405,6 @@ pub enum Reply {
     LockLease(LeaseView),
     Acquire(AcquireReply),
     Lock(LockView),
+    Semaphore(SemaphoreView),
+    SemaphoreAcquire(SemAcquireReply),
 }

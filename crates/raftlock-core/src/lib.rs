@@ -15,6 +15,8 @@
 //! - [`tenancy`]: projects and API keys (tenancy) — only hashes of secrets are stored.
 //! - [`project_locks`]: the named leases with fencing tokens of project-lock.
 //! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of hierarchical.
+//! - [`semaphores`]: semaphores (permits held in weights) and semaphore leases, inside the
+//!   namespaces of [`hierarchy`].
 //! - [`budget`]: what stored records cost a project in bytes, and the per-project byte
 //!   budgets that bound memory where count quotas cannot.
 //! - [`paging`]: opaque pagination cursors shared by every list call.
@@ -38,12 +40,13 @@ pub mod paging;
 pub mod project_locks;
 pub mod ratelimit;
 pub mod request_ids;
+pub mod semaphores;
 pub mod tenancy;
 pub mod validate;
 
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;
-pub use machine::{Limits, StateMachine, StateMachineV1, Summary};
+pub use machine::{Limits, StateMachine, StateMachineV1, StateMachineV2, Summary};
 
 /// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.
 pub type Nanos = i64;

@@ -10,8 +10,9 @@ use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
+use crate::semaphores::{AcquireArgs, Semaphores};
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
-use crate::Nanos;
+use crate::{validate, Nanos};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +35,34 @@ pub struct StateMachine {
     hierarchy: Hierarchy,
     /// First outcomes of client request ids, so a retried call is not applied twice.
     request_ids: RequestIds,
+    /// Semaphores and semaphore leases (inside the hierarchy's namespaces).
+    semaphores: Semaphores,
+}
+
+/// [`StateMachine`] as snapshot format 2 laid it out (before semaphores), so a node upgraded
+/// from that release can read its snapshot. Field order is the encoding: do not change it.
+#[derive(Debug, Deserialize)]
+pub struct StateMachineV2 {
+    time: Nanos,
+    projects: BTreeMap<String, ProjectSettings>,
+    key_index: BTreeMap<String, String>,
+    project_locks: ProjectLocks,
+    hierarchy: Hierarchy,
+    request_ids: RequestIds,
+}
+
+impl From<StateMachineV2> for StateMachine {
+    fn from(v2: StateMachineV2) -> Self {
+        StateMachine {
+            time: v2.time,
+            projects: v2.projects,
+            key_index: v2.key_index,
+            project_locks: v2.project_locks,
+            hierarchy: v2.hierarchy,
+            request_ids: v2.request_ids,
+            semaphores: Semaphores::default(),
+        }
+    }
 }
 
 /// [`StateMachine`] as snapshot format 1 laid it out (before request ids), so a node upgraded
@@ -56,6 +85,7 @@ impl From<StateMachineV1> for StateMachine {
             project_locks: v1.project_locks,
             hierarchy: v1.hierarchy,
             request_ids: RequestIds::default(),
+            semaphores: Semaphores::default(),
         }
     }
 }
@@ -102,13 +132,16 @@ impl StateMachine {
     pub fn with_byte_quotas(mut self, locks: usize, hierarchy: usize) -> Self {
         self.project_locks = ProjectLocks::with_byte_quota(locks);
         self.hierarchy = std::mem::take(&mut self.hierarchy).with_byte_quota(hierarchy);
+        self.semaphores = std::mem::take(&mut self.semaphores).with_byte_quota(hierarchy);
         self
     }
 
     /// Ids of hierarchical queued acquires that left their queue since the last call (see
     /// [`Hierarchy::take_resolved_waiters`]); a notification side channel, not state.
     pub fn take_resolved_waiters(&mut self) -> Vec<String> {
-        self.hierarchy.take_resolved_waiters()
+        let mut ids = self.hierarchy.take_resolved_waiters();
+        ids.append(&mut self.semaphores.take_resolved_waiters());
+        ids
     }
 
     /// The machine's current time (largest stamp applied).
@@ -122,6 +155,7 @@ impl StateMachine {
         let t = self.time;
         self.project_locks.reap(t);
         self.hierarchy.reap(t);
+        self.semaphores.reap(t);
         cmd.ops.iter().map(|op| self.apply_op(op, t)).collect()
     }
 
@@ -130,6 +164,7 @@ impl StateMachine {
     pub fn count_usage(&mut self) {
         self.project_locks.count_usage();
         self.hierarchy.count_usage();
+        self.semaphores.count_usage();
     }
 
     /// What the state holds, for backups and operators.
@@ -155,7 +190,8 @@ impl StateMachine {
     /// Whether every kept byte count equals one counted from the state (tests).
     pub fn check_usage(&self) -> Result<(), String> {
         self.project_locks.check_usage()?;
-        self.hierarchy.check_invariants()
+        self.hierarchy.check_invariants()?;
+        self.semaphores.check_invariants()
     }
 
     /// Bytes `project` is charged against its byte budgets: (project-lock locks, hierarchical state).
@@ -253,6 +289,17 @@ impl StateMachine {
 
     fn apply_hier(&mut self, project: &str, op: &HierOp, t: Nanos) -> Outcome {
         op.validate()?;
+        if let Some(namespace) = op.semaphore_namespace() {
+            if !self.hierarchy.has_namespace(project, namespace) {
+                return Err(CoreError::NotFound("namespace".into()));
+            }
+            return self.apply_semaphore(project, namespace, op, t);
+        }
+        if let HierOp::DeleteNamespace { name } = op {
+            self.hierarchy.delete_namespace(project, name)?;
+            self.semaphores.delete_namespace(project, name);
+            return Ok(Reply::Done);
+        }
         let h = &mut self.hierarchy;
         match op {
             HierOp::CreateNamespace {
@@ -277,9 +324,6 @@ impl StateMachine {
                     t,
                 )
                 .map(Reply::Namespace),
-            HierOp::DeleteNamespace { name } => {
-                h.delete_namespace(project, name).map(|_| Reply::Done)
-            }
             HierOp::CreateLease {
                 namespace,
                 lease_id,
@@ -344,6 +388,95 @@ impl StateMachine {
             } => h
                 .delete_lock(project, namespace, lock_name, t)
                 .map(|_| Reply::Done),
+            HierOp::DeleteNamespace { .. } => unreachable!("handled above"),
+            _ => unreachable!("semaphore calls are handled by apply_semaphore"),
+        }
+    }
+
+    /// A semaphore call, in an existing namespace.
+    fn apply_semaphore(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
+        let s = &mut self.semaphores;
+        match op {
+            HierOp::CreateSemaphore {
+                name,
+                description,
+                permits,
+                metadata,
+                ..
+            } => s
+                .create_semaphore(project, ns, name, description, *permits, metadata, t)
+                .map(Reply::Semaphore),
+            HierOp::UpdateSemaphore {
+                name,
+                description,
+                permits,
+                metadata,
+                expected_version,
+                ..
+            } => s
+                .update_semaphore(
+                    project,
+                    ns,
+                    name,
+                    description,
+                    *permits,
+                    metadata,
+                    *expected_version,
+                    t,
+                )
+                .map(Reply::Semaphore),
+            HierOp::DeleteSemaphore { name, .. } => {
+                s.delete_semaphore(project, ns, name);
+                Ok(Reply::Done)
+            }
+            HierOp::CreateSemaphoreLease {
+                lease_id,
+                process_id,
+                ttl_seconds,
+                ..
+            } => s
+                .create_lease(project, ns, lease_id, process_id, *ttl_seconds, t)
+                .map(Reply::LockLease),
+            HierOp::RefreshSemaphoreLease {
+                lease_id,
+                ttl_seconds,
+                ..
+            } => s
+                .refresh_lease(project, ns, lease_id, *ttl_seconds, t)
+                .map(Reply::LockLease),
+            HierOp::RevokeSemaphoreLease { lease_id, .. } => s
+                .revoke_lease(project, ns, lease_id, t)
+                .map(|_| Reply::Done),
+            HierOp::AcquireSemaphore {
+                name,
+                lease_id,
+                weight,
+                metadata,
+                wait,
+                ..
+            } => {
+                let args = AcquireArgs {
+                    semaphore: name,
+                    lease_id,
+                    weight: *weight,
+                    metadata,
+                    wait: wait.as_ref(),
+                };
+                s.acquire(project, ns, args, t).map(Reply::SemaphoreAcquire)
+            }
+            HierOp::CancelSemaphoreWait {
+                name,
+                lease_id,
+                weight,
+                waiter_id,
+                ..
+            } => s
+                .cancel_wait(project, ns, name, lease_id, *weight, waiter_id, t)
+                .map(Reply::SemaphoreAcquire),
+            HierOp::ReleaseSemaphore { name, lease_id, .. } => s
+                .release(project, ns, name, lease_id, t)
+                .map(Reply::Semaphore),
+            _ => unreachable!("only semaphore calls have a semaphore namespace"),
         }
     }
 
@@ -405,6 +538,15 @@ impl StateMachine {
     /// hierarchical queries.
     pub fn hierarchy(&self) -> &Hierarchy {
         &self.hierarchy
+    }
+
+    /// Semaphore queries; the namespace is checked first, as every semaphore call does.
+    pub fn semaphores_in(&self, project: &str, namespace: &str) -> Result<&Semaphores, CoreError> {
+        validate::simple_name("namespace_name", namespace)?;
+        if !self.hierarchy.has_namespace(project, namespace) {
+            return Err(CoreError::NotFound("namespace".into()));
+        }
+        Ok(&self.semaphores)
     }
 
     /// Number of stored project-lock leases (live or within the takeover grace).

@@ -143,7 +143,7 @@ pub fn expected_version(version: Option<u64>) -> Result {
         Some(v) if v >= 1 => Ok(()),
         _ => Err(CoreError::invalid(
             "expected_version",
-            "is required: the namespace's current version (versions start at 1)",
+            "is required: the current version (versions start at 1)",
         )),
     }
 }
@@ -182,6 +182,14 @@ pub fn description(text: &str) -> Result {
             "description",
             "must be at most 1024 bytes",
         ));
+    }
+    Ok(())
+}
+
+/// Semaphore permits and weights: 1 to 2^63-1 (Grackle's int64, positive).
+pub fn permits(field: &str, value: u64) -> Result {
+    if value == 0 || value > i64::MAX as u64 {
+        return Err(CoreError::invalid(field, "must be between 1 and 2^63-1"));
     }
     Ok(())
 }

@@ -3,18 +3,24 @@
 //! nodes of different releases could not read each other's snapshots.
 //!
 //! `fixtures/state-format-2.bin` was written by the release whose hierarchical state still used
-//! `BTreeMap`s (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
+//! `BTreeMap`s; it must still decode (as [`StateMachineV2`]) and convert to the same state.
+//! `fixtures/state-format-3.bin` was written by the first release with semaphores
+//! (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
 
 use raftlock_core::command::{HierOp, LockAction};
 use raftlock_core::hierarchy::WaitSpec;
-use raftlock_core::{codec, Command, Limits, Op, StateMachine, SECOND};
+use raftlock_core::{codec, Command, Limits, Op, StateMachine, StateMachineV2, SECOND};
 
 const T0: i64 = 1_700_000_000 * SECOND;
-const FIXTURE: &str = concat!(
+const FIXTURE_V2: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-2.bin"
+);
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/state-format-3.bin"
 );
 
 fn hier(project: &str, op: HierOp) -> Op {
@@ -99,9 +105,69 @@ fn sample_state() -> StateMachine {
     sm
 }
 
+/// [`sample_state`] plus semaphores: two semaphores with holders of two leases, one queued
+/// acquire, one lease with nothing held.
+fn sample_state_with_semaphores() -> StateMachine {
+    let mut sm = sample_state();
+    let meta: BTreeMap<String, String> = [("vendor".to_string(), "partner-1".to_string())].into();
+    let mut ops = vec![];
+    for (name, permits) in [("partner_1", 5), ("partner_2", 2)] {
+        ops.push(hier(
+            "p",
+            HierOp::CreateSemaphore {
+                namespace: "alpha".into(),
+                name: name.into(),
+                description: format!("{name} API"),
+                permits,
+                metadata: meta.clone(),
+            },
+        ));
+    }
+    for (i, lease) in ["s1", "s2", "s3"].iter().enumerate() {
+        ops.push(hier(
+            "p",
+            HierOp::CreateSemaphoreLease {
+                namespace: "alpha".into(),
+                lease_id: lease.to_string(),
+                process_id: format!("worker-{i}"),
+                ttl_seconds: 60,
+            },
+        ));
+    }
+    for (name, lease, weight, wait) in [
+        ("partner_1", "s1", 3, None),
+        ("partner_1", "s2", 2, None),
+        ("partner_2", "s1", 1, None),
+        ("partner_1", "s3", 4, Some("sw-1")),
+    ] {
+        ops.push(hier(
+            "p",
+            HierOp::AcquireSemaphore {
+                namespace: "alpha".into(),
+                name: name.into(),
+                lease_id: lease.into(),
+                weight,
+                metadata: meta.clone(),
+                wait: wait.map(|id| WaitSpec {
+                    waiter_id: id.into(),
+                    deadline: T0 + 40 * SECOND,
+                }),
+            },
+        ));
+    }
+    for out in sm.apply(&Command {
+        stamp: T0 + SECOND,
+        ops,
+    }) {
+        out.expect("the sample's semaphore commands succeed");
+    }
+    sm
+}
+
 #[test]
-fn the_state_encodes_to_the_bytes_of_the_format_2_release() {
-    let bytes = codec::encode(&sample_state()).unwrap();
+fn the_state_encodes_to_the_bytes_of_the_format_3_release() {
+    let state = sample_state_with_semaphores();
+    let bytes = codec::encode(&state).unwrap();
     if std::env::var_os("RAFTLOCK_WRITE_FIXTURE").is_some() {
         std::fs::create_dir_all(std::path::Path::new(FIXTURE).parent().unwrap()).unwrap();
         std::fs::write(FIXTURE, &bytes).unwrap();
@@ -109,6 +175,18 @@ fn the_state_encodes_to_the_bytes_of_the_format_2_release() {
     let fixture = std::fs::read(FIXTURE).expect("fixture present");
     assert_eq!(bytes, fixture, "the snapshot encoding changed");
     let decoded: StateMachine = codec::decode(&fixture).unwrap();
-    assert_eq!(decoded, sample_state());
-    decoded.check_usage().unwrap();
+    assert_eq!(decoded, state);
+    let mut counted = decoded;
+    counted.count_usage();
+    counted.check_usage().unwrap();
+}
+
+#[test]
+fn a_format_2_state_converts_to_the_same_state_without_semaphores() {
+    let fixture = std::fs::read(FIXTURE_V2).expect("fixture present");
+    let v2: StateMachineV2 = codec::decode(&fixture).unwrap();
+    let mut converted = StateMachine::from(v2);
+    assert_eq!(converted, sample_state());
+    converted.count_usage();
+    converted.check_usage().unwrap();
 }

@@ -128,7 +128,7 @@ fn lower_this_threads_priority() {}
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
 /// snapshot of another layout with a clear error rather than misread it.
-pub const STATE_FORMAT: u32 = 2;
+pub const STATE_FORMAT: u32 = 3;
 
 /// [`SmData`] in format 1 (before the machine remembered request ids); read and converted.
 #[derive(Deserialize)]
@@ -136,6 +136,14 @@ struct SmDataV1 {
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
     machine: raftlock_core::StateMachineV1,
+}
+
+/// [`SmData`] in format 2 (before semaphores); read and converted.
+#[derive(Deserialize)]
+struct SmDataV2 {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    machine: raftlock_core::StateMachineV2,
 }
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -161,6 +169,14 @@ fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
             last_applied: v1.last_applied,
             last_membership: v1.last_membership,
             machine: v1.machine.into(),
+        });
+    }
+    if format == 2 {
+        let (_, v2): (u32, SmDataV2) = codec::decode(bytes)?;
+        return Ok(SmData {
+            last_applied: v2.last_applied,
+            last_membership: v2.last_membership,
+            machine: v2.machine.into(),
         });
     }
     if format != STATE_FORMAT {
@@ -406,18 +422,34 @@ mod format_tests {
         assert!(err.contains("state format"), "{err}");
     }
 
-    #[test]
-    fn a_format_1_snapshot_is_read_and_converted() {
+    /// A state with one project, encoded in format 3 minus the `trailing` bytes an older
+    /// format did not have (all of them encode empty tables: one zero byte each).
+    fn older_format(format: u32, trailing: usize) -> (SmData, Vec<u8>) {
         use raftlock_core::{Command, Op};
         let mut state = SmData::default();
         state.machine.apply(&Command {
             stamp: 5,
             ops: vec![Op::CreateProject { name: "p".into() }],
         });
-        // Format 1 is format 2 without the request-id table, which is last and (empty) one
-        // byte long.
-        let mut v1 = codec::encode(&(1u32, &state)).unwrap();
-        assert_eq!(v1.pop(), Some(0));
+        let mut bytes = codec::encode(&(format, &state)).unwrap();
+        for _ in 0..trailing {
+            assert_eq!(bytes.pop(), Some(0));
+        }
+        (state, bytes)
+    }
+
+    #[test]
+    fn a_format_2_snapshot_is_read_and_converted() {
+        // Format 2 is format 3 without the semaphores, which are last and (empty) four bytes:
+        // no namespaces, two empty indexes, token counter 0.
+        let (state, v2) = older_format(2, 4);
+        assert_eq!(decode_state(&v2).unwrap().machine, state.machine);
+    }
+
+    #[test]
+    fn a_format_1_snapshot_is_read_and_converted() {
+        // Format 1 is format 2 without the request-id table, one more (empty) byte.
+        let (state, v1) = older_format(1, 5);
         assert_eq!(decode_state(&v1).unwrap().machine, state.machine);
     }
 }

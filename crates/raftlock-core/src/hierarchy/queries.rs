@@ -9,6 +9,11 @@ impl Hierarchy {
         Ok(self.ns(project, name)?.view(name))
     }
 
+    /// Whether `project` has a namespace `name`.
+    pub fn has_namespace(&self, project: &str, name: &str) -> bool {
+        self.ns(project, name).is_ok()
+    }
+
     pub fn list_namespaces(
         &self,
         project: &str,

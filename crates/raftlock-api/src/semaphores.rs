@@ -1,0 +1,281 @@
+//! Semaphores: named counters of `permits` inside a namespace, held in `weight`s by semaphore
+//! leases — Grackle's semaphore methods, served on the same `POST /v1beta/{Method}` route as
+//! the lock methods ([`crate::hierarchy::METHODS`] lists them all).
+//!
+//! Semaphore leases have the shape of lock leases and reuse their messages
+//! ([`LockLease`](crate::hierarchy::LockLease), `CreateLockLeaseRequest`, `LeaseRequest`,
+//! `RefreshLockLeaseRequest`, `ListLockLeasesRequest` and their responses); the two kinds are
+//! kept apart by the server, so a lock lease cannot hold a semaphore or the reverse.
+//!
+//! Beyond Grackle: every grant carries a `fencing_token` (unique and increasing across the
+//! cluster's semaphores), so a holder can fence the writes it makes under its permits.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hierarchy::AcquireOutcome;
+
+/// A semaphore as it is at the time of the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Semaphore {
+    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
+    pub name: String,
+    /// Up to 1024 bytes.
+    pub description: String,
+    /// Capacity: the most weight held at one instant.
+    pub permits: u64,
+    /// Sum of the live holders' weights (never above `permits`).
+    pub active_holds: u64,
+    /// Number of live holders.
+    pub active_holders_count: u64,
+    /// Starts at 1 and is bumped by every update; pass it as `expected_version`.
+    pub version: u64,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last update time.
+    pub updated_at: i64,
+    /// Last acquire (granted or not) or release.
+    pub last_activity_at: i64,
+    /// Up to 32 entries.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One holder of a semaphore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SemaphoreHolder {
+    /// The holding semaphore lease.
+    pub lease_id: String,
+    /// Permits it holds.
+    pub weight: u64,
+    /// When it was granted (a re-acquire moves it).
+    pub locked_at: i64,
+    /// The metadata given with its first grant.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+    /// Fencing token of this hold: fixed at its first grant, larger than every token granted
+    /// before it.
+    pub fencing_token: u64,
+}
+
+// ---- requests --------------------------------------------------------------------------
+
+/// `CreateSemaphore`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateSemaphoreRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The new semaphore's name.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+    /// Up to 1024 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// Capacity, 1–2^63-1.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9223372036854775807_i64)
+    )]
+    pub permits: u64,
+    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `GetSemaphore` and `DeleteSemaphore` (deleting drops every holder and waiter; deleting an
+/// absent semaphore is not an error).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SemaphoreRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The semaphore.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+}
+
+/// `UpdateSemaphore`: a full replacement of description, permits and metadata, applied only
+/// when `expected_version` (required) is the current version. `permits` may not go below the
+/// current `active_holds`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UpdateSemaphoreRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The semaphore.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+    /// New description.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// New capacity, at least the current `active_holds`.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9223372036854775807_i64)
+    )]
+    pub permits: u64,
+    /// New metadata.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+    /// Required: the version the update is based on; a mismatch is `invalid_argument` and
+    /// changes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    pub expected_version: Option<u64>,
+}
+
+/// `ListSemaphores`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListSemaphoresRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+/// `ListSemaphoreHolders`: the live holders, in the order they were first granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListSemaphoreHoldersRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The semaphore.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+/// `AcquireSemaphore`: all-or-none; with `timeout_seconds > 0` the call waits on the server in
+/// the semaphore's FIFO queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AcquireSemaphoreRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The semaphore.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+    /// The holding semaphore lease.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    pub lease_id: String,
+    /// Permits to hold, 1–`permits` (a re-acquire sets the holder's weight to this).
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 9223372036854775807_i64)
+    )]
+    pub weight: u64,
+    /// Seconds to wait on the server in the semaphore's FIFO queue, 0–300 (0: answer at once).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+    pub timeout_seconds: u64,
+    /// Holder metadata (kept from the first grant of this lease).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `ReleaseSemaphore`: releasing what a live lease does not hold changes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReleaseSemaphoreRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The semaphore.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
+    pub semaphore_name: String,
+    /// The holding semaphore lease.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    pub lease_id: String,
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+/// Answer of `CreateSemaphore`, `GetSemaphore`, `UpdateSemaphore` and `ReleaseSemaphore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SemaphoreResponse {
+    /// The semaphore as it is now.
+    pub semaphore: Semaphore,
+}
+
+/// Answer of `AcquireSemaphore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AcquireSemaphoreResponse {
+    /// The semaphore as it is now.
+    pub semaphore: Semaphore,
+    /// Acquired, unavailable or timed out.
+    pub outcome: AcquireOutcome,
+    /// The hold's fencing token when acquired; 0 otherwise.
+    pub fencing_token: u64,
+}
+
+impl AcquireSemaphoreResponse {
+    /// True when the lease now holds the requested weight.
+    pub fn acquired(&self) -> bool {
+        self.outcome == AcquireOutcome::Acquired
+    }
+}
+
+/// Answer of `ListSemaphores`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListSemaphoresResponse {
+    /// One page, by name.
+    pub semaphores: Vec<Semaphore>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}
+
+/// Answer of `ListSemaphoreHolders`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListSemaphoreHoldersResponse {
+    /// One page, in the order the holds were first granted.
+    pub holders: Vec<SemaphoreHolder>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}
