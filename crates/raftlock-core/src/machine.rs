@@ -540,6 +540,11 @@ impl StateMachine {
         &self.hierarchy
     }
 
+    /// (semaphores, semaphore leases, holds, queued acquires), for metrics.
+    pub fn semaphore_totals(&self) -> (usize, usize, usize, usize) {
+        self.semaphores.totals()
+    }
+
     /// Semaphore queries; the namespace is checked first, as every semaphore call does.
     pub fn semaphores_in(&self, project: &str, namespace: &str) -> Result<&Semaphores, CoreError> {
         validate::simple_name("namespace_name", namespace)?;

@@ -230,7 +230,13 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "raftlock_queued_waiters",
         Kind::Gauge,
-        "Blocking acquires queued in the replicated state.",
+        "Blocking acquires (locks and semaphores) queued in the replicated state.",
+    ),
+    ("raftlock_semaphores", Kind::Gauge, "Semaphores."),
+    (
+        "raftlock_semaphore_holds",
+        Kind::Gauge,
+        "Semaphore holds (one per lease and semaphore).",
     ),
     (
         "raftlock_waiters",
@@ -376,10 +382,15 @@ pub fn refresh_gauges(node: &Node) {
     metrics::gauge!("raftlock_raft_commit_index").set(commit as f64);
     metrics::gauge!("raftlock_raft_applied_index").set(applied as f64);
     metrics::gauge!("raftlock_apply_lag_entries").set(commit.saturating_sub(applied) as f64);
-    let (locks, (namespaces, leases, held), queued) = node.read_local(|sm, _| {
+    let (locks, (namespaces, leases, held), queued, sems) = node.read_local(|sm, _| {
         let h = sm.hierarchy();
-        (sm.project_lock_count(), h.totals(), h.waiter_count())
+        let sems = sm.semaphore_totals();
+        (sm.project_lock_count(), h.totals(), h.waiter_count(), sems)
     });
+    let (semaphores, _, semaphore_holds, semaphore_waiters) = sems;
+    let queued = queued + semaphore_waiters;
+    metrics::gauge!("raftlock_semaphores").set(semaphores as f64);
+    metrics::gauge!("raftlock_semaphore_holds").set(semaphore_holds as f64);
     metrics::gauge!("raftlock_project_locks").set(locks as f64);
     metrics::gauge!("raftlock_namespaces").set(namespaces as f64);
     metrics::gauge!("raftlock_lock_leases").set(leases as f64);

@@ -79,6 +79,13 @@ pub fn repeatable(method: &Method, path: &str) -> bool {
                 | "ListLocks"
                 | "RefreshLockLease"
                 | "AcquireLock"
+                | "GetSemaphore"
+                | "ListSemaphores"
+                | "ListSemaphoreHolders"
+                | "GetSemaphoreLease"
+                | "ListSemaphoreLeases"
+                | "RefreshSemaphoreLease"
+                | "AcquireSemaphore"
         ),
         None => false,
     }
@@ -282,9 +289,10 @@ impl Call {
     }
 }
 
-/// `timeout_seconds` of a hierarchical AcquireLock body (0 for any other request, or when absent).
+/// `timeout_seconds` of an `AcquireLock` or `AcquireSemaphore` body (0 for any other request,
+/// or when absent).
 fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
-    if !path.ends_with("/AcquireLock") {
+    if !(path.ends_with("/AcquireLock") || path.ends_with("/AcquireSemaphore")) {
         return 0;
     }
     serde_json::from_slice::<serde_json::Value>(body)

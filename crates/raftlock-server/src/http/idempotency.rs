@@ -85,6 +85,12 @@ pub fn remembers(method: &Method, path: &str) -> bool {
                 | "RevokeLockLease"
                 | "ReleaseLock"
                 | "DeleteLock"
+                | "CreateSemaphore"
+                | "UpdateSemaphore"
+                | "DeleteSemaphore"
+                | "CreateSemaphoreLease"
+                | "RevokeSemaphoreLease"
+                | "ReleaseSemaphore"
         ),
         None => false,
     }
@@ -95,7 +101,12 @@ pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
     use raftlock_core::command::HierOp;
     !matches!(
         op,
-        HierOp::AcquireLock { .. } | HierOp::CancelWait { .. } | HierOp::RefreshLease { .. }
+        HierOp::AcquireLock { .. }
+            | HierOp::CancelWait { .. }
+            | HierOp::RefreshLease { .. }
+            | HierOp::AcquireSemaphore { .. }
+            | HierOp::CancelSemaphoreWait { .. }
+            | HierOp::RefreshSemaphoreLease { .. }
     )
 }
 

@@ -6,7 +6,8 @@
 //! (`/ui/`) and the Raft RPCs are answered locally.
 //!
 //! ## Layout
-//! - [`locks`]: the project-lock routes; [`rpc`]: the hierarchical-lock methods;
+//! - [`locks`]: the project-lock routes; [`rpc`]: the hierarchical-lock methods (and the
+//!   dispatch of every `/v1beta` method); [`semaphores`]: the semaphore methods;
 //!   [`admin`]: projects, keys, membership, cluster views, backups; [`console`]: `/ui/`.
 //! - [`auth`]: credentials (platform token, project keys, peers) and rate counting.
 //! - [`forward`]: sending a request to the leader within its one deadline.
@@ -26,6 +27,7 @@ pub mod idempotency;
 pub mod locks;
 pub mod openapi;
 pub mod rpc;
+pub mod semaphores;
 pub mod wait;
 
 use std::time::Instant;

@@ -24,7 +24,7 @@ use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
 };
-use raftlock_core::{validate, CoreError, Op, Reply};
+use raftlock_core::{validate, CoreError, Op, Reply, StateMachine};
 use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -36,7 +36,7 @@ use super::idempotency::ClientRequestId;
 use super::wait::{new_waiter_id, CancelOnDrop, WaitContext, WaiterGauge};
 use crate::node::SharedNode;
 
-const D: Dialect = Dialect::Rpc;
+pub(super) const D: Dialect = Dialect::Rpc;
 
 pub fn routes() -> Router<SharedNode> {
     Router::new().route("/v1beta/{method}", post(dispatch))
@@ -51,7 +51,7 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     body::json(bytes, D)
 }
 
-fn core(e: CoreError) -> ApiError {
+pub(super) fn core(e: CoreError) -> ApiError {
     ApiError::from_core(D, e)
 }
 
@@ -60,7 +60,7 @@ fn core(e: CoreError) -> ApiError {
 const WAIT_SAFETY_POLL: Duration = Duration::from_secs(1);
 
 /// A new lease id: `ls_` + 28 random base62 characters.
-fn new_lease_id() -> String {
+pub(super) fn new_lease_id() -> String {
     format!(
         "ls_{}",
         Alphanumeric.sample_string(&mut rand::thread_rng(), 28)
@@ -101,6 +101,19 @@ async fn dispatch(
         "ListLocks" => reply(call.list_locks(parse(&bytes)?).await?),
         // raftlock's extension: the queued blocking acquires of a namespace.
         "ListWaiters" => reply(call.list_waiters(parse(&bytes)?).await?),
+        "CreateSemaphore" => reply(call.create_semaphore(parse(&bytes)?).await?),
+        "GetSemaphore" => reply(call.get_semaphore(parse(&bytes)?).await?),
+        "UpdateSemaphore" => reply(call.update_semaphore(parse(&bytes)?).await?),
+        "DeleteSemaphore" => reply(call.delete_semaphore(parse(&bytes)?).await?),
+        "ListSemaphores" => reply(call.list_semaphores(parse(&bytes)?).await?),
+        "ListSemaphoreHolders" => reply(call.list_semaphore_holders(parse(&bytes)?).await?),
+        "AcquireSemaphore" => reply(call.acquire_semaphore(parse(&bytes)?, ctx).await?),
+        "ReleaseSemaphore" => reply(call.release_semaphore(parse(&bytes)?).await?),
+        "CreateSemaphoreLease" => reply(call.create_semaphore_lease(parse(&bytes)?).await?),
+        "GetSemaphoreLease" => reply(call.get_semaphore_lease(parse(&bytes)?).await?),
+        "RefreshSemaphoreLease" => reply(call.refresh_semaphore_lease(parse(&bytes)?).await?),
+        "RevokeSemaphoreLease" => reply(call.revoke_semaphore_lease(parse(&bytes)?).await?),
+        "ListSemaphoreLeases" => reply(call.list_semaphore_leases(parse(&bytes)?).await?),
         // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
         // found". (`METHODS` lists the arms above; the OpenAPI drift test checks they agree.)
         other => {
@@ -115,15 +128,15 @@ async fn dispatch(
 }
 
 /// One authenticated call: the node and the caller's project.
-struct Call {
-    node: SharedNode,
-    project: String,
+pub(super) struct Call {
+    pub(super) node: SharedNode,
+    pub(super) project: String,
     /// The client's own request id: writes under it are applied once.
     request_id: ClientRequestId,
 }
 
 impl Call {
-    async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
+    pub(super) async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
         // Refused for its shape: answer now, and keep it out of the log.
         op.validate().map_err(core)?;
         let once = super::idempotency::remembers_hier(&op);
@@ -442,42 +455,51 @@ impl Call {
         waiter_id: &str,
         deadline: tokio::time::Instant,
     ) -> Result<Option<AcquireReply>, ApiError> {
+        let project = self.project.as_str();
+        self.follow_waiter(waiter_id, deadline, |sm, now| {
+            let h = sm.hierarchy();
+            let state = h.waiter_state(
+                project,
+                &r.namespace_name,
+                &r.lock_name,
+                &r.lease_id,
+                r.exclusive,
+                waiter_id,
+                now,
+            )?;
+            Ok(match state {
+                WaitState::Queued => Look::Queued,
+                WaitState::Dropped => Look::Dropped,
+                WaitState::Granted => Look::Granted(AcquireReply {
+                    lock: h.get_lock(project, &r.namespace_name, &r.lock_name, now)?,
+                    outcome: AcquireOutcome::Acquired,
+                    reason: ContentionReason::Unspecified,
+                    blocking_locks: vec![],
+                }),
+            })
+        })
+        .await
+    }
+
+    /// Follows a queued acquire (a lock's or a semaphore's) on the applied state: `look` says
+    /// where it stands; answers `Some` when granted, `None` when dropped or at `deadline`.
+    /// Woken when apply resolves this waiter, when leadership changes, or by a slow safety
+    /// poll — never by unrelated applies.
+    pub(super) async fn follow_waiter<T>(
+        &self,
+        waiter_id: &str,
+        deadline: tokio::time::Instant,
+        look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
+    ) -> Result<Option<T>, ApiError> {
         let _gauge = WaiterGauge::new();
         // Registered before the first look, so a resolution in between is not missed.
         let registration = self.node.waiters.register(waiter_id);
         let mut server = self.node.raft.server_metrics();
-        let project = self.project.as_str();
         loop {
-            let state = self.node.read_local(|sm, now| {
-                let h = sm.hierarchy();
-                let state = h.waiter_state(
-                    project,
-                    &r.namespace_name,
-                    &r.lock_name,
-                    &r.lease_id,
-                    r.exclusive,
-                    waiter_id,
-                    now,
-                )?;
-                let lock = match state {
-                    WaitState::Granted => {
-                        Some(h.get_lock(project, &r.namespace_name, &r.lock_name, now)?)
-                    }
-                    _ => None,
-                };
-                Ok::<_, CoreError>((state, lock))
-            });
-            match state.map_err(core)? {
-                (WaitState::Queued, _) => {}
-                (WaitState::Granted, lock) => {
-                    return Ok(Some(AcquireReply {
-                        lock: lock.expect("read when granted"),
-                        outcome: AcquireOutcome::Acquired,
-                        reason: ContentionReason::Unspecified,
-                        blocking_locks: vec![],
-                    }))
-                }
-                (WaitState::Dropped, _) => return Ok(None),
+            match self.node.read_local(&look).map_err(core)? {
+                Look::Queued => {}
+                Look::Granted(answer) => return Ok(Some(answer)),
+                Look::Dropped => return Ok(None),
             }
             if !self.node.is_leader() {
                 // A deposed leader's applied state stops moving: answer 503 now, so the
@@ -485,8 +507,6 @@ impl Call {
                 // same waiter id keeps its place, instead of learning it at the deadline.
                 return Err(ApiError::unavailable(D, "leadership lost while waiting"));
             }
-            // Woken when apply resolves this waiter, when leadership changes, or by a slow
-            // safety poll; never by unrelated applies.
             tokio::select! {
                 _ = registration.notify.notified() => {}
                 changed = server.changed() => {
@@ -505,7 +525,16 @@ impl Call {
     }
 }
 
-fn unexpected(reply: Reply) -> ApiError {
+/// Where a queued acquire stands on the applied state.
+pub(super) enum Look<T> {
+    Queued,
+    /// Granted, with the answer the waiting call gives.
+    Granted(T),
+    /// Left the queue ungranted (cancelled, past its deadline, or could never be granted).
+    Dropped,
+}
+
+pub(super) fn unexpected(reply: Reply) -> ApiError {
     ApiError::new(
         D,
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -520,7 +549,7 @@ fn namespace_answer(reply: Reply) -> Result<NamespaceResponse, ApiError> {
     }
 }
 
-fn lease_answer(reply: Reply) -> Result<LockLeaseResponse, ApiError> {
+pub(super) fn lease_answer(reply: Reply) -> Result<LockLeaseResponse, ApiError> {
     match reply {
         Reply::LockLease(lease) => Ok(LockLeaseResponse { lease }),
         other => Err(unexpected(other)),

@@ -16,7 +16,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use raftlock_api::{admin, errors, hierarchy, locks};
+use raftlock_api::{admin, errors, hierarchy, locks, semaphores};
 use serde_json::Value;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{
@@ -90,6 +90,17 @@ pub fn document_json() -> String {
     hierarchy::ListLockLeasesResponse,
     hierarchy::ListLocksResponse,
     hierarchy::ListWaitersResponse,
+    semaphores::CreateSemaphoreRequest,
+    semaphores::SemaphoreRequest,
+    semaphores::UpdateSemaphoreRequest,
+    semaphores::ListSemaphoresRequest,
+    semaphores::ListSemaphoreHoldersRequest,
+    semaphores::AcquireSemaphoreRequest,
+    semaphores::ReleaseSemaphoreRequest,
+    semaphores::SemaphoreResponse,
+    semaphores::AcquireSemaphoreResponse,
+    semaphores::ListSemaphoresResponse,
+    semaphores::ListSemaphoreHoldersResponse,
     admin::Project,
     admin::ProjectList,
     admin::NewProjectRequest,

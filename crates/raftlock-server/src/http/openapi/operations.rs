@@ -209,6 +209,84 @@ pub(super) const RPC: &[(&str, &str, &str, &str)] = &[
         "ListWaitersResponse",
         "List queued acquires (extension)",
     ),
+    (
+        "CreateSemaphore",
+        "CreateSemaphoreRequest",
+        "SemaphoreResponse",
+        "Create a semaphore with `permits` (`already_exists` on a duplicate)",
+    ),
+    (
+        "GetSemaphore",
+        "SemaphoreRequest",
+        "SemaphoreResponse",
+        "Get a semaphore",
+    ),
+    (
+        "UpdateSemaphore",
+        "UpdateSemaphoreRequest",
+        "SemaphoreResponse",
+        "Replace a semaphore's description, permits and metadata (not below what is held)",
+    ),
+    (
+        "DeleteSemaphore",
+        "SemaphoreRequest",
+        "EmptyResponse",
+        "Delete a semaphore, dropping its holders and waiters (absent: no error)",
+    ),
+    (
+        "ListSemaphores",
+        "ListSemaphoresRequest",
+        "ListSemaphoresResponse",
+        "List semaphores",
+    ),
+    (
+        "ListSemaphoreHolders",
+        "ListSemaphoreHoldersRequest",
+        "ListSemaphoreHoldersResponse",
+        "List a semaphore's holders in arrival order",
+    ),
+    (
+        "AcquireSemaphore",
+        "AcquireSemaphoreRequest",
+        "AcquireSemaphoreResponse",
+        "Acquire `weight` permits, waiting up to timeout_seconds in the FIFO queue",
+    ),
+    (
+        "ReleaseSemaphore",
+        "ReleaseSemaphoreRequest",
+        "SemaphoreResponse",
+        "Release a lease's permits",
+    ),
+    (
+        "CreateSemaphoreLease",
+        "CreateLockLeaseRequest",
+        "LockLeaseResponse",
+        "Create a semaphore lease",
+    ),
+    (
+        "GetSemaphoreLease",
+        "LeaseRequest",
+        "LockLeaseResponse",
+        "Get a semaphore lease",
+    ),
+    (
+        "RefreshSemaphoreLease",
+        "RefreshLockLeaseRequest",
+        "LockLeaseResponse",
+        "Extend a semaphore lease and its holds",
+    ),
+    (
+        "RevokeSemaphoreLease",
+        "LeaseRequest",
+        "EmptyResponse",
+        "Revoke a semaphore lease, releasing its permits",
+    ),
+    (
+        "ListSemaphoreLeases",
+        "ListLockLeasesRequest",
+        "ListLockLeasesResponse",
+        "List semaphore leases",
+    ),
 ];
 
 /// An example body, from its message type (so it cannot drift from the schema).
@@ -286,6 +364,83 @@ fn rpc_example(method: &str) -> Value {
         }),
         "ListWaiters" => example(&ListWaitersRequest {
             namespace_name: ns(),
+        }),
+        other => semaphore_example(other),
+    }
+}
+
+/// The example request of a semaphore method.
+fn semaphore_example(method: &str) -> Value {
+    use raftlock_api::hierarchy::{
+        CreateLockLeaseRequest, LeaseRequest, ListLockLeasesRequest, RefreshLockLeaseRequest,
+    };
+    use raftlock_api::semaphores::*;
+    let ns = || "third_parties".to_string();
+    let sem = || "partner_1".to_string();
+    let lease = || "ls_NfKKeiPbP18NFeU3lLGrRWWgDJRB".to_string();
+    match method {
+        "CreateSemaphore" => example(&CreateSemaphoreRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+            description: "Partner 1 API".into(),
+            permits: 20,
+            metadata: [("vendor".to_string(), "partner-1".to_string())].into(),
+        }),
+        "GetSemaphore" | "DeleteSemaphore" => example(&SemaphoreRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+        }),
+        "UpdateSemaphore" => example(&UpdateSemaphoreRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+            description: "Partner 1 API (raised capacity)".into(),
+            permits: 30,
+            metadata: Default::default(),
+            expected_version: Some(1),
+        }),
+        "ListSemaphores" => example(&ListSemaphoresRequest {
+            namespace_name: ns(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "ListSemaphoreHolders" => example(&ListSemaphoreHoldersRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "AcquireSemaphore" => example(&AcquireSemaphoreRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+            lease_id: lease(),
+            weight: 3,
+            timeout_seconds: 60,
+            metadata: [("host".to_string(), "worker-7".to_string())].into(),
+        }),
+        "ReleaseSemaphore" => example(&ReleaseSemaphoreRequest {
+            namespace_name: ns(),
+            semaphore_name: sem(),
+            lease_id: lease(),
+        }),
+        "CreateSemaphoreLease" => example(&CreateLockLeaseRequest {
+            namespace_name: ns(),
+            process_id: "host-123/pid-4567".into(),
+            ttl_seconds: 60,
+        }),
+        "RefreshSemaphoreLease" => example(&RefreshLockLeaseRequest {
+            namespace_name: ns(),
+            lease_id: lease(),
+            ttl_seconds: 60,
+        }),
+        "GetSemaphoreLease" | "RevokeSemaphoreLease" => example(&LeaseRequest {
+            namespace_name: ns(),
+            lease_id: lease(),
+        }),
+        "ListSemaphoreLeases" => example(&ListLockLeasesRequest {
+            namespace_name: ns(),
+            process_id: String::new(),
+            limit: 100,
+            pagination_token: String::new(),
         }),
         other => unreachable!("no example for {other}: add one beside RPC"),
     }

@@ -1,0 +1,344 @@
+//! Semaphore RPCs (`POST /v1beta/{Method}`, dispatched by `rpc`): semaphores and semaphore
+//! leases. Writes go through the log, reads are linearizable, and a blocking
+//! `AcquireSemaphore` waits in the semaphore's replicated FIFO queue exactly as a blocking
+//! `AcquireLock` waits in a lock's (same waiter identity across forwards and leader changes,
+//! same cancel at the deadline, same cancel when the client goes away).
+
+use std::time::Duration;
+
+use raftlock_api::hierarchy::{
+    CreateLockLeaseRequest, EmptyResponse, LeaseRequest, ListLockLeasesRequest,
+    ListLockLeasesResponse, LockLeaseResponse, RefreshLockLeaseRequest,
+};
+use raftlock_api::semaphores::{
+    AcquireSemaphoreRequest, AcquireSemaphoreResponse, CreateSemaphoreRequest,
+    ListSemaphoreHoldersRequest, ListSemaphoreHoldersResponse, ListSemaphoresRequest,
+    ListSemaphoresResponse, ReleaseSemaphoreRequest, SemaphoreRequest, SemaphoreResponse,
+    UpdateSemaphoreRequest,
+};
+use raftlock_core::command::HierOp;
+use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec, WaitState};
+use raftlock_core::semaphores::Semaphores;
+use raftlock_core::{validate, CoreError, Reply};
+
+use super::errors::ApiError;
+use super::rpc::{core, lease_answer, new_lease_id, unexpected, Call, Look, D};
+use super::wait::{new_waiter_id, CancelOnDrop, WaitContext};
+
+fn semaphore_answer(reply: Reply) -> Result<SemaphoreResponse, ApiError> {
+    match reply {
+        Reply::Semaphore(semaphore) => Ok(SemaphoreResponse { semaphore }),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn acquire_answer(reply: Reply) -> Result<AcquireSemaphoreResponse, ApiError> {
+    match reply {
+        Reply::SemaphoreAcquire(a) => Ok(a),
+        other => Err(unexpected(other)),
+    }
+}
+
+impl Call {
+    /// A linearizable read of a namespace's semaphores (`not_found` for a missing namespace).
+    async fn read_semaphores<T>(
+        &self,
+        namespace: &str,
+        f: impl FnOnce(&Semaphores, &str, i64) -> Result<T, CoreError>,
+    ) -> Result<T, ApiError> {
+        let project = self.project.as_str();
+        let result = self
+            .node
+            .linearizable(|sm, now| f(sm.semaphores_in(project, namespace)?, project, now))
+            .await
+            .map_err(|e| ApiError::from_unavailable(D, e))?;
+        result.map_err(core)
+    }
+
+    pub(super) async fn create_semaphore(
+        &self,
+        r: CreateSemaphoreRequest,
+    ) -> Result<SemaphoreResponse, ApiError> {
+        semaphore_answer(
+            self.write(HierOp::CreateSemaphore {
+                namespace: r.namespace_name,
+                name: r.semaphore_name,
+                description: r.description,
+                permits: r.permits,
+                metadata: r.metadata,
+            })
+            .await?,
+        )
+    }
+
+    pub(super) async fn get_semaphore(
+        &self,
+        r: SemaphoreRequest,
+    ) -> Result<SemaphoreResponse, ApiError> {
+        validate::simple_name("semaphore_name", &r.semaphore_name).map_err(core)?;
+        let semaphore = self
+            .read_semaphores(&r.namespace_name, |s, p, now| {
+                s.get_semaphore(p, &r.namespace_name, &r.semaphore_name, now)
+            })
+            .await?;
+        Ok(SemaphoreResponse { semaphore })
+    }
+
+    pub(super) async fn update_semaphore(
+        &self,
+        r: UpdateSemaphoreRequest,
+    ) -> Result<SemaphoreResponse, ApiError> {
+        semaphore_answer(
+            self.write(HierOp::UpdateSemaphore {
+                namespace: r.namespace_name,
+                name: r.semaphore_name,
+                description: r.description,
+                permits: r.permits,
+                metadata: r.metadata,
+                expected_version: r.expected_version,
+            })
+            .await?,
+        )
+    }
+
+    pub(super) async fn delete_semaphore(
+        &self,
+        r: SemaphoreRequest,
+    ) -> Result<EmptyResponse, ApiError> {
+        self.write(HierOp::DeleteSemaphore {
+            namespace: r.namespace_name,
+            name: r.semaphore_name,
+        })
+        .await?;
+        Ok(EmptyResponse {})
+    }
+
+    pub(super) async fn list_semaphores(
+        &self,
+        r: ListSemaphoresRequest,
+    ) -> Result<ListSemaphoresResponse, ApiError> {
+        let (semaphores, next, prev) = self
+            .read_semaphores(&r.namespace_name, |s, p, now| {
+                s.list_semaphores(p, &r.namespace_name, &r.pagination_token, r.limit, now)
+            })
+            .await?;
+        Ok(ListSemaphoresResponse {
+            semaphores,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
+    }
+
+    pub(super) async fn list_semaphore_holders(
+        &self,
+        r: ListSemaphoreHoldersRequest,
+    ) -> Result<ListSemaphoreHoldersResponse, ApiError> {
+        validate::simple_name("semaphore_name", &r.semaphore_name).map_err(core)?;
+        let (holders, next, prev) = self
+            .read_semaphores(&r.namespace_name, |s, p, now| {
+                let ns = &r.namespace_name;
+                s.list_holders(p, ns, &r.semaphore_name, &r.pagination_token, r.limit, now)
+            })
+            .await?;
+        Ok(ListSemaphoreHoldersResponse {
+            holders,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
+    }
+
+    pub(super) async fn release_semaphore(
+        &self,
+        r: ReleaseSemaphoreRequest,
+    ) -> Result<SemaphoreResponse, ApiError> {
+        semaphore_answer(
+            self.write(HierOp::ReleaseSemaphore {
+                namespace: r.namespace_name,
+                name: r.semaphore_name,
+                lease_id: r.lease_id,
+            })
+            .await?,
+        )
+    }
+
+    pub(super) async fn create_semaphore_lease(
+        &self,
+        r: CreateLockLeaseRequest,
+    ) -> Result<LockLeaseResponse, ApiError> {
+        lease_answer(
+            self.write(HierOp::CreateSemaphoreLease {
+                namespace: r.namespace_name,
+                lease_id: new_lease_id(),
+                process_id: r.process_id,
+                ttl_seconds: r.ttl_seconds,
+            })
+            .await?,
+        )
+    }
+
+    pub(super) async fn get_semaphore_lease(
+        &self,
+        r: LeaseRequest,
+    ) -> Result<LockLeaseResponse, ApiError> {
+        let lease = self
+            .read_semaphores(&r.namespace_name, |s, p, now| {
+                s.get_lease(p, &r.namespace_name, &r.lease_id, now)
+            })
+            .await?;
+        Ok(LockLeaseResponse { lease })
+    }
+
+    pub(super) async fn refresh_semaphore_lease(
+        &self,
+        r: RefreshLockLeaseRequest,
+    ) -> Result<LockLeaseResponse, ApiError> {
+        lease_answer(
+            self.write(HierOp::RefreshSemaphoreLease {
+                namespace: r.namespace_name,
+                lease_id: r.lease_id,
+                ttl_seconds: r.ttl_seconds,
+            })
+            .await?,
+        )
+    }
+
+    pub(super) async fn revoke_semaphore_lease(
+        &self,
+        r: LeaseRequest,
+    ) -> Result<EmptyResponse, ApiError> {
+        self.write(HierOp::RevokeSemaphoreLease {
+            namespace: r.namespace_name,
+            lease_id: r.lease_id,
+        })
+        .await?;
+        Ok(EmptyResponse {})
+    }
+
+    pub(super) async fn list_semaphore_leases(
+        &self,
+        r: ListLockLeasesRequest,
+    ) -> Result<ListLockLeasesResponse, ApiError> {
+        let (leases, next, prev) = self
+            .read_semaphores(&r.namespace_name, |s, p, now| {
+                let ns = &r.namespace_name;
+                s.list_leases(p, ns, &r.process_id, &r.pagination_token, r.limit, now)
+            })
+            .await?;
+        Ok(ListLockLeasesResponse {
+            leases,
+            next_pagination_token: next,
+            previous_pagination_token: prev,
+        })
+    }
+
+    fn acquire_semaphore_op(r: &AcquireSemaphoreRequest, wait: Option<WaitSpec>) -> HierOp {
+        HierOp::AcquireSemaphore {
+            namespace: r.namespace_name.clone(),
+            name: r.semaphore_name.clone(),
+            lease_id: r.lease_id.clone(),
+            weight: r.weight,
+            metadata: r.metadata.clone(),
+            wait,
+        }
+    }
+
+    /// Acquire. With `timeout_seconds > 0` an acquire that cannot be granted joins the
+    /// semaphore's replicated FIFO queue; whatever frees permits grants it in the same apply,
+    /// and this call notices on the next applied index. At the deadline it proposes a cancel
+    /// and answers from that result, so it never answers TIMED_OUT for permits it was granted.
+    pub(super) async fn acquire_semaphore(
+        &self,
+        r: AcquireSemaphoreRequest,
+        ctx: WaitContext,
+    ) -> Result<AcquireSemaphoreResponse, ApiError> {
+        validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
+        if r.timeout_seconds == 0 {
+            return acquire_answer(self.write(Self::acquire_semaphore_op(&r, None)).await?);
+        }
+        // Judged on the state machine's clock, the one the replicated queue drops waiters by.
+        let now = self.node.read_local(|_, now| now);
+        let mut deadline = now + r.timeout_seconds as i64 * 1_000_000_000;
+        if let Some(original) = ctx.deadline {
+            deadline = deadline.min(original);
+        }
+        let spec = WaitSpec {
+            waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
+            deadline,
+        };
+        let op = Self::acquire_semaphore_op(&r, Some(spec.clone()));
+        // Refused for its shape or a full queue before the cancel guard is armed: such a call
+        // writes nothing (apply checks again).
+        op.validate().map_err(core)?;
+        self.node
+            .read_local(|sm, now| {
+                let s = sm.semaphores_in(&self.project, &r.namespace_name)?;
+                s.check_wait_budget(
+                    &self.project,
+                    &r.namespace_name,
+                    &r.semaphore_name,
+                    &r.lease_id,
+                    now,
+                )
+            })
+            .map_err(core)?;
+        let cancel = HierOp::CancelSemaphoreWait {
+            namespace: r.namespace_name.clone(),
+            name: r.semaphore_name.clone(),
+            lease_id: r.lease_id.clone(),
+            weight: r.weight,
+            waiter_id: spec.waiter_id.clone(),
+        };
+        // Armed before the enqueueing proposal: a client that goes away while it is in flight
+        // must not leave a waiter behind (a cancel of an absent waiter changes nothing).
+        let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
+        let first = match self.write(op).await.and_then(acquire_answer) {
+            Ok(first) => first,
+            Err(e) => {
+                // Refused at apply (a 4xx): nothing was queued, so there is nothing to cancel.
+                if e.status.is_client_error() {
+                    guard.disarm();
+                }
+                return Err(e);
+            }
+        };
+        if first.outcome != AcquireOutcome::Unavailable {
+            guard.disarm();
+            return Ok(first);
+        }
+        let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
+        let until = tokio::time::Instant::now() + remaining;
+        let granted = self.wait_for_permits(&r, &spec.waiter_id, until).await?;
+        let reply = match granted {
+            Some(reply) => reply,
+            None => acquire_answer(self.write(cancel).await?)?,
+        };
+        guard.disarm();
+        Ok(reply)
+    }
+
+    async fn wait_for_permits(
+        &self,
+        r: &AcquireSemaphoreRequest,
+        waiter_id: &str,
+        until: tokio::time::Instant,
+    ) -> Result<Option<AcquireSemaphoreResponse>, ApiError> {
+        let project = self.project.as_str();
+        let ns = r.namespace_name.as_str();
+        let name = r.semaphore_name.as_str();
+        self.follow_waiter(waiter_id, until, |sm, now| {
+            let s = sm.semaphores_in(project, ns)?;
+            let (state, fencing_token) =
+                s.waiter_state(project, ns, name, &r.lease_id, r.weight, waiter_id, now)?;
+            Ok(match state {
+                WaitState::Queued => Look::Queued,
+                WaitState::Dropped => Look::Dropped,
+                WaitState::Granted => Look::Granted(AcquireSemaphoreResponse {
+                    semaphore: s.get_semaphore(project, ns, name, now)?,
+                    outcome: AcquireOutcome::Acquired,
+                    fencing_token,
+                }),
+            })
+        })
+        .await
+    }
+}
