@@ -493,3 +493,73 @@ async fn a_waiting_semaphore_call_survives_a_leader_kill() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_sdk_and_the_cli_drive_a_semaphore() -> anyhow::Result<()> {
+    use raftlock_client::{AcquireSemaphoreRequest, Client, PageRequest};
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("sdk", "service_role", &[]).await?;
+    let endpoints: Vec<String> = cluster.ids().iter().map(|id| cluster.addr(*id)).collect();
+    let client = Client::new(endpoints.clone(), key.clone())?;
+    client.create_namespace(NS, "", Default::default()).await?;
+    let sem = client
+        .create_semaphore(NS, "pool", "", 2, Default::default())
+        .await?;
+    assert_eq!(sem.permits, 2);
+    let ttl = Duration::from_secs(60);
+    let mine = client.create_semaphore_lease(NS, "sdk", ttl).await?;
+    let req = AcquireSemaphoreRequest {
+        namespace_name: NS.into(),
+        semaphore_name: "pool".into(),
+        lease_id: mine.lease_id.clone(),
+        weight: 2,
+        ..Default::default()
+    };
+    let got = client.acquire_semaphore(&req).await?;
+    assert!(got.acquired() && got.fencing_token > 0);
+
+    let cli = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(raftlock_tests::binary());
+        cmd.env("RAFTLOCK_ENDPOINTS", endpoints.join(","))
+            .env("RAFTLOCK_KEY", &key)
+            .env_remove("RAFTLOCK_PLATFORM_TOKEN")
+            .args(args)
+            .kill_on_drop(true);
+        cmd
+    };
+    let out = cli(&["sem", "lease-create", NS, "--process-id", "cli", "--json"])
+        .output()
+        .await?;
+    assert!(out.status.success(), "{out:?}");
+    let lease: Value = serde_json::from_slice(&out.stdout)?;
+    let theirs = lease["lease_id"].as_str().unwrap().to_string();
+    // Full: the CLI's acquire is not granted and exits 75.
+    let status = cli(&["sem", "acquire", NS, "pool", "--lease", &theirs])
+        .status()
+        .await?;
+    assert_eq!(status.code(), Some(75));
+    client.release_semaphore(NS, "pool", &mine.lease_id).await?;
+    let out = cli(&[
+        "sem", "acquire", NS, "pool", "--lease", &theirs, "--weight", "2", "--json",
+    ])
+    .output()
+    .await?;
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout)?;
+    assert!(answer["fencing_token"].as_u64().unwrap() > got.fencing_token);
+    let holders = client
+        .list_semaphore_holders(NS, "pool", &PageRequest::default())
+        .await?;
+    assert_eq!(holders.items.len(), 1);
+    assert_eq!(holders.items[0].lease_id, theirs);
+    let status = cli(&["sem", "update", NS, "pool", "--permits", "1"])
+        .status()
+        .await?;
+    assert_eq!(status.code(), Some(1), "cannot shrink below what is held");
+    let status = cli(&["sem", "update", NS, "pool", "--permits", "5"])
+        .status()
+        .await?;
+    assert!(status.success());
+    assert_eq!(client.get_semaphore(NS, "pool").await?.permits, 5);
+    Ok(())
+}

@@ -56,7 +56,7 @@ fn page<T: DeserializeOwned>(mut v: Value, field: &str) -> Result<Page<T>, serde
 }
 
 impl Client {
-    async fn rpc(
+    pub(crate) async fn rpc(
         &self,
         method: &str,
         body: &impl Serialize,
@@ -70,7 +70,7 @@ impl Client {
         self.send(call).await?.decode()
     }
 
-    async fn rpc_field<T: DeserializeOwned>(
+    pub(crate) async fn rpc_field<T: DeserializeOwned>(
         &self,
         method: &str,
         body: &impl Serialize,
@@ -82,7 +82,7 @@ impl Client {
         serde_json::from_value(inner).map_err(|e| self.protocol(method, e))
     }
 
-    async fn rpc_page<T: DeserializeOwned>(
+    pub(crate) async fn rpc_page<T: DeserializeOwned>(
         &self,
         method: &str,
         body: &impl Serialize,
@@ -94,7 +94,7 @@ impl Client {
         page(v, field).map_err(|e| self.protocol(method, e))
     }
 
-    fn protocol(&self, method: &str, e: serde_json::Error) -> crate::Error {
+    pub(crate) fn protocol(&self, method: &str, e: serde_json::Error) -> crate::Error {
         crate::Error::Protocol {
             endpoint: self.endpoints().join(","),
             message: format!("{method}: {e}"),

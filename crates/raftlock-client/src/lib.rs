@@ -38,6 +38,8 @@
 //!   return, panic or drop.
 //! - [`hierarchy`]: hierarchical-lock calls (namespaces, leases, locks); their message types
 //!   are `raftlock-api`'s, re-exported.
+//! - [`semaphores`]: semaphore and semaphore-lease calls (all-or-none weights, FIFO waits,
+//!   a fencing token per hold).
 //! - [`keeper`]: [`LeaseKeeper`] (a hierarchical lease refreshed in the background) and
 //!   [`HierLockGuard`] (one hierarchical lock under it).
 //! - [`election`]: [`Election`] — campaign, resign, observe the current leader's term.
@@ -55,6 +57,7 @@ pub mod hierarchy;
 pub mod keeper;
 pub mod locks;
 mod rfc3339;
+pub mod semaphores;
 pub mod transport;
 
 pub use admin::{ClusterStatus, ClusterView, KeyKind, NewKey, Project, ProjectUpdate};
@@ -68,5 +71,9 @@ pub use hierarchy::{
 pub use keeper::{HierAcquire, HierLockGuard, LeaseKeeper, LeaseLoss};
 pub use locks::{Acquire, Lease, LockStatus, LockToken, Release, Renew};
 pub use rfc3339::{format as format_rfc3339, parse as parse_rfc3339};
+pub use semaphores::{
+    AcquireSemaphoreRequest, AcquireSemaphoreResponse, Semaphore, SemaphoreHolder,
+    UpdateSemaphoreRequest,
+};
 pub use tokio_util::sync::CancellationToken;
 pub use transport::{Client, ClientBuilder};

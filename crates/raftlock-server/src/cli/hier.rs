@@ -21,7 +21,7 @@ pub struct Paging {
 }
 
 impl Paging {
-    fn request(&self) -> PageRequest {
+    pub(super) fn request(&self) -> PageRequest {
         PageRequest {
             limit: self.limit,
             pagination_token: self.page_token.clone(),
@@ -218,7 +218,7 @@ fn show_namespace(ns: &Namespace) -> String {
     s
 }
 
-fn show_lease(l: &LockLease) -> String {
+pub(super) fn show_lease(l: &LockLease) -> String {
     format!(
         "lease {}\n  process id: {}\n  created at: {}\n  expires at: {}",
         l.lease_id,
@@ -257,7 +257,7 @@ fn show_lock(l: &Lock) -> String {
     s
 }
 
-fn next_page(token: &str) -> String {
+pub(super) fn next_page(token: &str) -> String {
     if token.is_empty() {
         String::new()
     } else {

@@ -1,5 +1,5 @@
-//! The client half of the `raftlock` binary: lock, namespace, lease, hierarchical-lock, admin
-//! and cluster commands, built on `raftlock-client`.
+//! The client half of the `raftlock` binary: lock, namespace, lease, hierarchical-lock,
+//! semaphore, admin and cluster commands, built on `raftlock-client`.
 //!
 //! Conventions shared by every command:
 //! * Endpoints and credentials come from `--endpoints` / `--key` / `--platform-token` or
@@ -14,12 +14,14 @@
 //! - `mod.rs`: shared flags, the command enum, output and error helpers.
 //! - [`lock`]: `raftlock lock …` (project locks), including `lock run`.
 //! - [`hier`]: `raftlock ns|lease|hlock …` (hierarchical locks).
+//! - [`sem`]: `raftlock sem …` (semaphores and semaphore leases).
 //! - [`admin`]: `raftlock admin project|key …` and `raftlock cluster status`.
 //! - [`snapshot`]: `raftlock snapshot save|inspect|restore` (backups).
 
 pub mod admin;
 pub mod hier;
 pub mod lock;
+pub mod sem;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
@@ -47,6 +49,8 @@ pub enum ClientCommand {
     Lease(hier::LeaseArgs),
     /// Hierarchical locks.
     Hlock(hier::HlockArgs),
+    /// Semaphores and semaphore leases.
+    Sem(sem::SemArgs),
     /// Admin API: projects and keys (platform token).
     Admin(admin::AdminArgs),
     /// Cluster status: members, leader, term, indexes, health (platform token).
@@ -208,6 +212,7 @@ pub async fn run(cmd: ClientCommand) -> i32 {
         ClientCommand::Ns(a) => hier::ns(a).await,
         ClientCommand::Lease(a) => hier::lease(a).await,
         ClientCommand::Hlock(a) => hier::hlock(a).await,
+        ClientCommand::Sem(a) => sem::sem(a).await,
         ClientCommand::Admin(a) => admin::admin(a).await,
         ClientCommand::Cluster(a) => admin::cluster(a).await,
         ClientCommand::Snapshot(a) => snapshot::run(a).await,

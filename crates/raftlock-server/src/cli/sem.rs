@@ -1,0 +1,377 @@
+//! `raftlock sem …`: semaphores and semaphore leases.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use raftlock_client::semaphores::{Semaphore, SemaphoreHolder};
+use raftlock_client::{AcquireSemaphoreRequest, UpdateSemaphoreRequest};
+use serde_json::json;
+
+use super::hier::{next_page, show_lease, Paging};
+use super::{nanos, parse_metadata, table, CmdResult, Conn, Failure};
+
+#[derive(Debug, Args)]
+pub struct SemArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[command(subcommand)]
+    pub cmd: SemCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SemCmd {
+    /// Create a semaphore.
+    Create {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+        /// Capacity: the most weight held at once.
+        #[arg(long)]
+        permits: u64,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Metadata entry KEY=VALUE (repeatable).
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+    },
+    /// Show a semaphore.
+    Get {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+    },
+    /// Update a semaphore: omitted fields keep their value; guarded by its version.
+    Update {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+        /// New capacity (not below what is held).
+        #[arg(long)]
+        permits: Option<u64>,
+        /// New description.
+        #[arg(long)]
+        description: Option<String>,
+        /// New metadata entry KEY=VALUE (repeatable; replaces all metadata).
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+        /// Only update if the semaphore is at this version (default: the version just read).
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+    /// Delete a semaphore, dropping its holders and waiters.
+    Delete {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+    },
+    /// List a namespace's semaphores.
+    List {
+        /// Namespace.
+        namespace: String,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// List a semaphore's holders, in arrival order.
+    Holders {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// Acquire permits under a semaphore lease (exit 75 when not acquired).
+    Acquire {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+        /// The semaphore lease.
+        #[arg(long)]
+        lease: String,
+        /// Permits to hold.
+        #[arg(long, default_value_t = 1)]
+        weight: u64,
+        /// Seconds to wait in the queue (0–300).
+        #[arg(long, default_value_t = 0)]
+        timeout: u64,
+        /// Holder metadata KEY=VALUE (repeatable).
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+    },
+    /// Release a lease's permits.
+    Release {
+        /// Namespace.
+        namespace: String,
+        /// Semaphore name.
+        name: String,
+        /// The semaphore lease.
+        #[arg(long)]
+        lease: String,
+    },
+    /// Create a semaphore lease.
+    LeaseCreate {
+        /// Namespace.
+        namespace: String,
+        /// The owner's process id.
+        #[arg(long)]
+        process_id: String,
+        /// Lease length in seconds (1–300).
+        #[arg(long, default_value_t = 60)]
+        ttl: u64,
+    },
+    /// Extend a semaphore lease and its holds.
+    LeaseRefresh {
+        /// Namespace.
+        namespace: String,
+        /// The lease.
+        lease_id: String,
+        /// New lease length in seconds (1–300).
+        #[arg(long, default_value_t = 60)]
+        ttl: u64,
+    },
+    /// Revoke a semaphore lease, releasing its permits.
+    LeaseRevoke {
+        /// Namespace.
+        namespace: String,
+        /// The lease.
+        lease_id: String,
+    },
+    /// Show a semaphore lease.
+    LeaseGet {
+        /// Namespace.
+        namespace: String,
+        /// The lease.
+        lease_id: String,
+    },
+    /// List semaphore leases.
+    LeaseList {
+        /// Namespace.
+        namespace: String,
+        /// Only this process's leases.
+        #[arg(long)]
+        process_id: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
+}
+
+fn show_semaphore(s: &Semaphore) -> String {
+    let mut out = format!(
+        "semaphore {}: {} of {} permits held by {}\n  description:   {}\n  version:       {}\n  created at:    {}\n  updated at:    {}\n  last activity: {}",
+        s.name,
+        s.active_holds,
+        s.permits,
+        s.active_holders_count,
+        s.description,
+        s.version,
+        nanos(s.created_at),
+        nanos(s.updated_at),
+        nanos(s.last_activity_at)
+    );
+    for (k, v) in &s.metadata {
+        out.push_str(&format!("\n  {k} = {v}"));
+    }
+    out
+}
+
+fn holder_row(h: &SemaphoreHolder) -> Vec<String> {
+    vec![
+        h.lease_id.clone(),
+        h.weight.to_string(),
+        h.fencing_token.to_string(),
+        nanos(h.locked_at),
+    ]
+}
+
+pub async fn sem(args: SemArgs) -> CmdResult {
+    let conn = args.conn;
+    let client = conn.client()?;
+    match args.cmd {
+        SemCmd::Create {
+            namespace,
+            name,
+            permits,
+            description,
+            metadata,
+        } => {
+            let meta = parse_metadata(&metadata)?;
+            let s = client
+                .create_semaphore(&namespace, &name, &description, permits, meta)
+                .await?;
+            conn.emit(&s, || show_semaphore(&s));
+        }
+        SemCmd::Get { namespace, name } => {
+            let s = client.get_semaphore(&namespace, &name).await?;
+            conn.emit(&s, || show_semaphore(&s));
+        }
+        SemCmd::Update {
+            namespace,
+            name,
+            permits,
+            description,
+            metadata,
+            expected_version,
+        } => {
+            let current = client.get_semaphore(&namespace, &name).await?;
+            let metadata = if metadata.is_empty() {
+                current.metadata
+            } else {
+                parse_metadata(&metadata)?
+            };
+            let req = UpdateSemaphoreRequest {
+                namespace_name: namespace,
+                semaphore_name: name,
+                description: description.unwrap_or(current.description),
+                permits: permits.unwrap_or(current.permits),
+                metadata,
+                expected_version: Some(expected_version.unwrap_or(current.version)),
+            };
+            let s = client.update_semaphore(&req).await?;
+            conn.emit(&s, || show_semaphore(&s));
+        }
+        SemCmd::Delete { namespace, name } => {
+            client.delete_semaphore(&namespace, &name).await?;
+            conn.emit(&json!({ "deleted": name }), || {
+                format!("deleted semaphore {name}")
+            });
+        }
+        SemCmd::List { namespace, paging } => {
+            let page = client
+                .list_semaphores(&namespace, &paging.request())
+                .await?;
+            conn.emit(&page, || {
+                let rows: Vec<Vec<String>> = (page.items.iter())
+                    .map(|s| {
+                        let held = format!("{}/{}", s.active_holds, s.permits);
+                        vec![s.name.clone(), held, s.active_holders_count.to_string()]
+                    })
+                    .collect();
+                table(&["NAME", "HELD", "HOLDERS"], &rows) + &next_page(&page.next_pagination_token)
+            });
+        }
+        SemCmd::Holders {
+            namespace,
+            name,
+            paging,
+        } => {
+            let page = client
+                .list_semaphore_holders(&namespace, &name, &paging.request())
+                .await?;
+            conn.emit(&page, || {
+                let rows: Vec<Vec<String>> = page.items.iter().map(holder_row).collect();
+                table(&["LEASE", "WEIGHT", "FENCING", "SINCE"], &rows)
+                    + &next_page(&page.next_pagination_token)
+            });
+        }
+        SemCmd::Acquire {
+            namespace,
+            name,
+            lease,
+            weight,
+            timeout,
+            metadata,
+        } => {
+            let req = AcquireSemaphoreRequest {
+                namespace_name: namespace,
+                semaphore_name: name.clone(),
+                lease_id: lease,
+                weight,
+                timeout_seconds: timeout,
+                metadata: parse_metadata(&metadata)?,
+            };
+            let answer = client.acquire_semaphore(&req).await?;
+            conn.emit(&answer, || {
+                let s = show_semaphore(&answer.semaphore);
+                if answer.acquired() {
+                    format!(
+                        "acquired {weight}, fencing token {}\n{s}",
+                        answer.fencing_token
+                    )
+                } else {
+                    let outcome = json!(answer.outcome);
+                    format!("not acquired: {}\n{s}", outcome.as_str().unwrap_or(""))
+                }
+            });
+            if !answer.acquired() {
+                return Err(Failure::contended(format!(
+                    "semaphore {name}: {weight} permits not acquired"
+                )));
+            }
+        }
+        SemCmd::Release {
+            namespace,
+            name,
+            lease,
+        } => {
+            let s = client.release_semaphore(&namespace, &name, &lease).await?;
+            conn.emit(&s, || show_semaphore(&s));
+        }
+        SemCmd::LeaseCreate {
+            namespace,
+            process_id,
+            ttl,
+        } => {
+            let ttl = Duration::from_secs(ttl);
+            let l = client
+                .create_semaphore_lease(&namespace, &process_id, ttl)
+                .await?;
+            conn.emit(&l, || show_lease(&l));
+        }
+        SemCmd::LeaseRefresh {
+            namespace,
+            lease_id,
+            ttl,
+        } => {
+            let ttl = Duration::from_secs(ttl);
+            let l = client
+                .refresh_semaphore_lease(&namespace, &lease_id, ttl)
+                .await?;
+            conn.emit(&l, || show_lease(&l));
+        }
+        SemCmd::LeaseRevoke {
+            namespace,
+            lease_id,
+        } => {
+            client.revoke_semaphore_lease(&namespace, &lease_id).await?;
+            conn.emit(&json!({ "revoked": lease_id }), || {
+                format!("revoked semaphore lease {lease_id}")
+            });
+        }
+        SemCmd::LeaseGet {
+            namespace,
+            lease_id,
+        } => {
+            let l = client.get_semaphore_lease(&namespace, &lease_id).await?;
+            conn.emit(&l, || show_lease(&l));
+        }
+        SemCmd::LeaseList {
+            namespace,
+            process_id,
+            paging,
+        } => {
+            let page = client
+                .list_semaphore_leases(&namespace, process_id.as_deref(), &paging.request())
+                .await?;
+            conn.emit(&page, || {
+                let rows: Vec<Vec<String>> = (page.items.iter())
+                    .map(|l| {
+                        vec![
+                            l.lease_id.clone(),
+                            l.process_id.clone(),
+                            nanos(l.expires_at),
+                        ]
+                    })
+                    .collect();
+                table(&["LEASE", "PROCESS", "EXPIRES"], &rows)
+                    + &next_page(&page.next_pagination_token)
+            });
+        }
+    }
+    Ok(0)
+}
