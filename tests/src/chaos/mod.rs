@@ -12,10 +12,12 @@
 //!
 //! ## Layout
 //! - this file: configuration, the one client clock and [`run`], which ties the rest together;
-//! - [`workload`]: the workers (project locks, hierarchical locks, the linearizability key);
+//! - [`workload`]: the workers (project locks, hierarchical locks, semaphores, the
+//!   linearizability key);
 //! - [`faults`]: the fault kinds, the plan's driver (inject, heal, probe) and the summary;
 //! - [`checks`]: the recorded history and the checkers (exclusion, fencing, the fenced
-//!   resource, hierarchical conflicts) with their unit tests.
+//!   resource, hierarchical conflicts, semaphore permits at every instant) with their unit
+//!   tests.
 //!
 //! ## Replay
 //! The seed is printed first; `CHAOS_SEED=<seed>` replays the same fault plan (and the same
@@ -42,6 +44,10 @@ const PROJECT_KEYS: &[&str] = &["k0", "k1", "k2"];
 /// hierarchical paths with ancestor/descendant and sibling relations.
 const PATHS: &[&str] = &["a", "a/b", "a/b/c", "a/d", "e", "e/f"];
 const NAMESPACE: &str = "chaos";
+/// The semaphore the semaphore workers share, and its permits (fewer than the workers' total
+/// weight, so they contend).
+const SEMAPHORE: &str = "pool";
+const SEMAPHORE_PERMITS: u64 = 3;
 /// The single key whose history is checked for linearizability.
 const LIN_KEY: &str = "lin";
 /// After each heal, every node must serve a write again within this.
@@ -61,6 +67,7 @@ pub struct ChaosConfig {
     pub min_leader_kills: usize,
     pub project_workers: usize,
     pub hier_workers: usize,
+    pub semaphore_workers: usize,
     pub lin_workers: usize,
     /// Largest absolute clock offset given to a skewed node.
     pub max_skew_ms: i64,
@@ -101,6 +108,7 @@ impl ChaosConfig {
             min_leader_kills,
             project_workers: 4,
             hier_workers: 4,
+            semaphore_workers: 3,
             lin_workers: 3,
             max_skew_ms: 60_000,
             snapshot_logs: env("CHAOS_SNAPSHOT_LOGS").unwrap_or(500),
@@ -188,6 +196,9 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         .rpc("CreateNamespace", json!({ "name": NAMESPACE }))
         .await?;
     anyhow::ensure!(ns.status == 200, "CreateNamespace: {ns:?}");
+    let body = json!({ "namespace_name": NAMESPACE, "semaphore_name": SEMAPHORE, "permits": SEMAPHORE_PERMITS });
+    let sem = apis[0].rpc("CreateSemaphore", body).await?;
+    anyhow::ensure!(sem.status == 200, "CreateSemaphore: {sem:?}");
     let sh = Arc::new(Shared {
         clock: Clock::new(),
         apis,
@@ -196,6 +207,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         holds4: Mutex::default(),
         writes: Mutex::default(),
         holds5: Mutex::default(),
+        semaphore_holds: Mutex::default(),
         resource: Mutex::default(),
         counters: Counters::default(),
         successes: Mutex::default(),
@@ -211,6 +223,9 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     }
     for w in 0..cfg.hier_workers {
         workers.push(tokio::spawn(hier_worker(sh.clone(), w, seeder.gen())));
+    }
+    for w in 0..cfg.semaphore_workers {
+        workers.push(tokio::spawn(semaphore_worker(sh.clone(), w, seeder.gen())));
     }
     for w in 0..cfg.lin_workers {
         workers.push(tokio::spawn(lin_worker(sh.clone(), w, seeder.gen())));
@@ -264,11 +279,13 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     // The history checks.
     let holds4 = sh.holds4.lock().unwrap().clone();
     let holds5 = sh.holds5.lock().unwrap().clone();
+    let semaphore_holds = sh.semaphore_holds.lock().unwrap().clone();
     let writes = sh.writes.lock().unwrap().clone();
     let mut found = check_mutual_exclusion(&holds4);
     found.extend(check_fencing(&holds4));
     found.extend(check_writes(&sh.resource.lock().unwrap(), &writes));
     found.extend(check_hierarchy(&holds5));
+    found.extend(check_semaphore(&semaphore_holds, SEMAPHORE_PERMITS));
     for v in found {
         sh.violation(v);
     }
@@ -312,8 +329,8 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let res = sh.resource.lock().unwrap();
     d.summary.detail = format!(
-        "project-lock acquired {} / held {} / released {}; hierarchical acquired {} / contended {} / released {} / leases {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked project-lock {} hierarchical {}",
-        ld(&c.acquired), ld(&c.contended), ld(&c.released), ld(&c.hier_acquired), ld(&c.hier_contended), ld(&c.hier_released), ld(&c.hier_leases), ld(&c.lin_ops), ld(&c.probes), ld(&c.unknown), ld(&c.other), res.accepted.len(), res.rejected, holds4.len(), holds5.len()
+        "project-lock acquired {} / held {} / released {}; hierarchical acquired {} / contended {} / released {} / leases {}; semaphore acquired {} / contended {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked project-lock {} hierarchical {} semaphore {}",
+        ld(&c.acquired), ld(&c.contended), ld(&c.released), ld(&c.hier_acquired), ld(&c.hier_contended), ld(&c.hier_released), ld(&c.hier_leases), ld(&c.sem_acquired), ld(&c.sem_contended), ld(&c.lin_ops), ld(&c.probes), ld(&c.unknown), ld(&c.other), res.accepted.len(), res.rejected, holds4.len(), holds5.len(), semaphore_holds.len()
     );
     drop(res);
     d.summary.operations = c.total();

@@ -15,6 +15,8 @@ pub struct Counters {
     pub hier_contended: AtomicU64,
     pub hier_released: AtomicU64,
     pub hier_leases: AtomicU64,
+    pub sem_acquired: AtomicU64,
+    pub sem_contended: AtomicU64,
     pub lin_ops: AtomicU64,
     pub probes: AtomicU64,
 }
@@ -31,6 +33,8 @@ impl Counters {
             &self.hier_contended,
             &self.hier_released,
             &self.hier_leases,
+            &self.sem_acquired,
+            &self.sem_contended,
             &self.lin_ops,
             &self.probes,
         ]
@@ -55,6 +59,7 @@ pub(super) struct Shared {
     pub(super) holds4: Mutex<Vec<Hold4>>,
     pub(super) writes: Mutex<Vec<Write>>,
     pub(super) holds5: Mutex<Vec<Hold5>>,
+    pub(super) semaphore_holds: Mutex<Vec<SemaphoreHold>>,
     pub(super) resource: Mutex<Resource>,
     pub(super) counters: Counters,
     pub(super) successes: Mutex<Vec<i64>>,
@@ -252,6 +257,108 @@ pub(super) async fn hier_worker(sh: Arc<Shared>, worker: usize, seed: u64) {
                 sh.release5(&mut rng, path, &lease_id).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// Semaphore load: lease → acquire weight 1–2 of the shared semaphore (waiting up to 1 s at
+/// times) → hold a moment → release; every acknowledged hold is recorded with its weight.
+pub(super) async fn semaphore_worker(sh: Arc<Shared>, worker: usize, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut lease: Option<(String, i64)> = None;
+    while !sh.stopped() {
+        let now = sh.clock.now();
+        let (lease_id, lease_end) = match &lease {
+            Some((id, end)) if end - now > 8_000_000 => (id.clone(), *end),
+            _ => {
+                lease = sh.semaphore_lease(&mut rng, worker).await;
+                continue;
+            }
+        };
+        let weight = rng.gen_range(1..=2u64);
+        let timeout = *[0, 0, 1].choose(&mut rng).unwrap();
+        let body = json!({ "namespace_name": NAMESPACE, "semaphore_name": SEMAPHORE, "lease_id": lease_id, "weight": weight, "timeout_seconds": timeout });
+        let r = sh.api(&mut rng).rpc("AcquireSemaphore", body).await;
+        let acked = sh.clock.now();
+        match definite(r) {
+            Some(a) if a.status == 200 && a.body["outcome"] == "ACQUIRE_OUTCOME_ACQUIRED" => {
+                bump(&sh.counters.sem_acquired);
+                sh.success();
+                let fencing = a.body["fencing_token"].as_u64().unwrap_or(0);
+                if fencing == 0 {
+                    sh.violation(format!(
+                        "semaphore grant without a fencing token: {}",
+                        a.body
+                    ));
+                }
+                let work = rng.gen_range(0..30);
+                tokio::time::sleep(Duration::from_millis(work)).await;
+                let sent = sh.release_semaphore(&mut rng, &lease_id).await;
+                sh.semaphore_holds.lock().unwrap().push(SemaphoreHold {
+                    lease: lease_id,
+                    weight,
+                    acked,
+                    end: lease_end.min(sent),
+                });
+            }
+            Some(a) if a.status == 200 => {
+                bump(&sh.counters.sem_contended);
+                sh.success();
+            }
+            Some(a) if a.status == 404 => {
+                bump(&sh.counters.other);
+                lease = None;
+            }
+            Some(_) => bump(&sh.counters.other),
+            None => {
+                bump(&sh.counters.unknown);
+                sh.release_semaphore(&mut rng, &lease_id).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// A new semaphore lease and its conservative end on the client clock, or `None` after a
+    /// pause when the call did not succeed.
+    async fn semaphore_lease(&self, rng: &mut StdRng, worker: usize) -> Option<(String, i64)> {
+        let body = json!({ "namespace_name": NAMESPACE, "process_id": format!("s{worker}"), "ttl_seconds": 20 });
+        match definite(self.api(rng).rpc("CreateSemaphoreLease", body).await) {
+            Some(a) if a.status == 200 => {
+                self.success();
+                let id = a.body["lease"]["lease_id"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let exp = a.body["lease"]["expires_at"].as_i64().unwrap_or(0);
+                Some((id, self.clock.server_time(exp as i128) - self.skew_us))
+            }
+            _ => {
+                bump(&self.counters.unknown);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                None
+            }
+        }
+    }
+
+    /// Releases the lease's permits until a definite answer; returns when the first attempt
+    /// was sent.
+    async fn release_semaphore(&self, rng: &mut StdRng, lease: &str) -> i64 {
+        let first = self.clock.now();
+        let give_up = Instant::now() + Duration::from_secs(60);
+        let body =
+            json!({ "namespace_name": NAMESPACE, "semaphore_name": SEMAPHORE, "lease_id": lease });
+        loop {
+            if definite(self.api(rng).rpc("ReleaseSemaphore", body.clone()).await).is_some() {
+                self.success();
+                return first;
+            }
+            bump(&self.counters.unknown);
+            if Instant::now() > give_up {
+                return first;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
