@@ -43,6 +43,22 @@ pub const METHODS: &[&str] = &[
     "RefreshSemaphoreLease",
     "RevokeSemaphoreLease",
     "ListSemaphoreLeases",
+    "CreateWaitGroup",
+    "GetWaitGroup",
+    "UpdateWaitGroup",
+    "DeleteWaitGroup",
+    "ListWaitGroups",
+    "CompleteJobsFromWaitGroup",
+    "ListWaitGroupCompletedJobs",
+    "WaitForWaitGroup",
+    "CreateBarrier",
+    "GetBarrier",
+    "UpdateBarrier",
+    "DeleteBarrier",
+    "ListBarriers",
+    "ArriveAtBarrier",
+    "WaitAtBarrier",
+    "ListBarrierParticipants",
 ];
 
 // ---- views -----------------------------------------------------------------------------

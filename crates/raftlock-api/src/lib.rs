@@ -13,6 +13,8 @@
 //!   response message, the lock/lease/namespace views and their enums.
 //! - [`semaphores`]: semaphores and semaphore leases (Grackle's semaphore methods on the same
 //!   `POST /v1beta/{Method}` route): requests, responses, the semaphore and holder views.
+//! - [`wait_groups`]: wait groups (a counter of jobs observers wait on) and their jobs.
+//! - [`barriers`]: barriers (N-party rendezvous with generations) and their participants.
 //! - [`admin`]: the admin API: key kinds, projects, keys and the cluster view.
 //! - `schemas` (feature `openapi`): the named field schemas — namespace and lock names, lease
 //!   ids, metadata — that several messages share, each pattern written once.
@@ -22,6 +24,7 @@
 //! the project-lock API speaks RFC 3339.
 
 pub mod admin;
+pub mod barriers;
 pub mod errors;
 pub mod headers;
 pub mod hierarchy;
@@ -29,6 +32,7 @@ pub mod locks;
 #[cfg(feature = "openapi")]
 pub mod schemas;
 pub mod semaphores;
+pub mod wait_groups;
 
 use std::collections::BTreeMap;
 

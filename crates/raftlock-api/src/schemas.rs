@@ -66,6 +66,16 @@ string_schema!(
 );
 
 string_schema!(
+    /// Wait-group and barrier names, job ids and barrier process ids.
+    PrimitiveName,
+    "PrimitiveName",
+    "^[-_0-9a-zA-Z]{1,128}$",
+    Some(1),
+    Some(128),
+    "A wait-group or barrier name, job id or barrier process id: 1–128 of `[-_0-9a-zA-Z]`."
+);
+
+string_schema!(
     /// Lease ids as the server makes them.
     LeaseId,
     "LeaseId",

@@ -150,6 +150,75 @@ impl ProjectTotals {
     }
 }
 
+/// A per-project byte budget of one kind of state (semaphores, wait groups, barriers): what
+/// each project is charged, kept change by change beside the state (never encoded; counted
+/// again after a snapshot is decoded), and the most a project may keep.
+#[derive(Debug, Clone, Default)]
+pub struct ByteBudget {
+    used: BTreeMap<String, usize>,
+    /// Overrides the kind's own limit (tests lower it).
+    quota: Option<usize>,
+}
+
+impl ByteBudget {
+    /// Sets the most a project may keep, in place of the kind's limit.
+    pub fn set_quota(&mut self, bytes: usize) {
+        self.quota = Some(bytes);
+    }
+
+    /// Bytes `project` is charged.
+    pub fn used(&self, project: &str) -> usize {
+        self.used.get(project).copied().unwrap_or(0)
+    }
+
+    /// Whether `project` may add `bytes` within `limit` (or the quota set for tests);
+    /// `resource_exhausted` naming `what` if not.
+    pub fn check_room(
+        &self,
+        project: &str,
+        bytes: usize,
+        limit: usize,
+        what: &str,
+    ) -> Result<(), crate::CoreError> {
+        if self.used(project) + bytes > self.quota.unwrap_or(limit) {
+            return Err(crate::CoreError::ResourceExhausted(format!(
+                "this project's {what} use up their storage budget"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Charges `bytes` to `project` (after [`ByteBudget::check_room`], or where the budget
+    /// was already checked for more).
+    pub fn charge(&mut self, project: &str, bytes: usize) {
+        if bytes > 0 {
+            *self.used.entry(project.to_string()).or_default() += bytes;
+        }
+    }
+
+    /// Gives back `bytes` charged to `project`.
+    pub fn refund(&mut self, project: &str, bytes: usize) {
+        if let Some(used) = self.used.get_mut(project) {
+            debug_assert!(*used >= bytes, "refunded {bytes} of {used} bytes");
+            *used = used.saturating_sub(bytes);
+            if *used == 0 {
+                self.used.remove(project);
+            }
+        }
+    }
+
+    /// Replaces the kept totals with totals counted from the state.
+    pub fn recount(&mut self, mut used: BTreeMap<String, usize>) {
+        used.retain(|_, bytes| *bytes > 0);
+        self.used = used;
+    }
+
+    /// The kept totals (invariant checks compare them with counted ones).
+    pub fn totals(&self) -> &BTreeMap<String, usize> {
+        &self.used
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

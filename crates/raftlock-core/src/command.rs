@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::barriers::BarrierView;
 use crate::error::CoreError;
 use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView, WaitSpec};
 use crate::semaphores::{SemAcquireReply, SemaphoreView};
 use crate::tenancy::{KeyKind, KeyView, ProjectView};
+use crate::wait_groups::WaitGroupView;
 use crate::Nanos;
 
 /// One replicated log entry.
@@ -218,6 +220,67 @@ pub enum HierOp {
         name: String,
         lease_id: String,
     },
+    // Wait groups.
+    CreateWaitGroup {
+        namespace: String,
+        name: String,
+        description: String,
+        counter: u64,
+        expires_at: Nanos,
+        delete_after_finished_seconds: u64,
+        metadata: BTreeMap<String, String>,
+    },
+    /// Conditional: `expected_version` must be the current version.
+    UpdateWaitGroup {
+        namespace: String,
+        name: String,
+        description: String,
+        counter: u64,
+        expires_at: Nanos,
+        delete_after_finished_seconds: u64,
+        metadata: BTreeMap<String, String>,
+        expected_version: Option<u64>,
+    },
+    DeleteWaitGroup {
+        namespace: String,
+        name: String,
+    },
+    /// (job id, metadata) pairs; idempotent per job id.
+    CompleteJobs {
+        namespace: String,
+        name: String,
+        jobs: Vec<(String, BTreeMap<String, String>)>,
+    },
+    // Barriers.
+    CreateBarrier {
+        namespace: String,
+        name: String,
+        description: String,
+        expected_processes: u64,
+        delete_inactive_after_seconds: u64,
+        metadata: BTreeMap<String, String>,
+    },
+    /// Conditional: `expected_version` must be the current version.
+    UpdateBarrier {
+        namespace: String,
+        name: String,
+        description: String,
+        expected_processes: u64,
+        delete_inactive_after_seconds: u64,
+        metadata: BTreeMap<String, String>,
+        expected_version: Option<u64>,
+    },
+    DeleteBarrier {
+        namespace: String,
+        name: String,
+    },
+    ArriveAtBarrier {
+        namespace: String,
+        name: String,
+        process_id: String,
+        expected_generation: u64,
+        metadata: BTreeMap<String, String>,
+    },
 }
 
 impl HierOp {
@@ -369,12 +432,129 @@ impl HierOp {
                 v::metadata(metadata)?;
                 wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
             }
+            HierOp::CreateWaitGroup {
+                namespace,
+                name,
+                description,
+                counter,
+                delete_after_finished_seconds,
+                metadata,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("wait_group_name", name)?;
+                v::description(description)?;
+                v::wait_group_counter(*counter)?;
+                v::retention(
+                    "delete_after_finished_seconds",
+                    *delete_after_finished_seconds,
+                )?;
+                v::metadata(metadata)
+            }
+            HierOp::UpdateWaitGroup {
+                namespace,
+                name,
+                description,
+                counter,
+                delete_after_finished_seconds,
+                metadata,
+                expected_version,
+                ..
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("wait_group_name", name)?;
+                v::description(description)?;
+                v::wait_group_counter(*counter)?;
+                v::retention(
+                    "delete_after_finished_seconds",
+                    *delete_after_finished_seconds,
+                )?;
+                v::metadata(metadata)?;
+                v::expected_version(*expected_version)
+            }
+            HierOp::DeleteWaitGroup { namespace, name } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("wait_group_name", name)
+            }
+            HierOp::CompleteJobs {
+                namespace,
+                name,
+                jobs,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("wait_group_name", name)?;
+                v::job_batch(jobs)
+            }
+            HierOp::CreateBarrier {
+                namespace,
+                name,
+                description,
+                expected_processes,
+                delete_inactive_after_seconds,
+                metadata,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("barrier_name", name)?;
+                v::description(description)?;
+                v::expected_processes(*expected_processes)?;
+                v::retention(
+                    "delete_inactive_after_seconds",
+                    *delete_inactive_after_seconds,
+                )?;
+                v::metadata(metadata)
+            }
+            HierOp::UpdateBarrier {
+                namespace,
+                name,
+                description,
+                expected_processes,
+                delete_inactive_after_seconds,
+                metadata,
+                expected_version,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("barrier_name", name)?;
+                v::description(description)?;
+                v::expected_processes(*expected_processes)?;
+                v::retention(
+                    "delete_inactive_after_seconds",
+                    *delete_inactive_after_seconds,
+                )?;
+                v::metadata(metadata)?;
+                v::expected_version(*expected_version)
+            }
+            HierOp::DeleteBarrier { namespace, name } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("barrier_name", name)
+            }
+            HierOp::ArriveAtBarrier {
+                namespace,
+                name,
+                process_id,
+                expected_generation,
+                metadata,
+            } => {
+                v::simple_name("namespace_name", namespace)?;
+                v::simple_name("barrier_name", name)?;
+                v::simple_name("process_id", process_id)?;
+                v::generation("expected_generation", *expected_generation)?;
+                v::metadata(metadata)
+            }
         }
     }
 
-    /// The namespace a semaphore call works in (`None` for the lock and namespace calls).
-    pub fn semaphore_namespace(&self) -> Option<&str> {
+    /// The namespace a semaphore, wait-group or barrier call works in (`None` for the lock
+    /// and namespace calls).
+    pub fn primitive_namespace(&self) -> Option<&str> {
         match self {
+            HierOp::CreateWaitGroup { namespace, .. }
+            | HierOp::UpdateWaitGroup { namespace, .. }
+            | HierOp::DeleteWaitGroup { namespace, .. }
+            | HierOp::CompleteJobs { namespace, .. }
+            | HierOp::CreateBarrier { namespace, .. }
+            | HierOp::UpdateBarrier { namespace, .. }
+            | HierOp::DeleteBarrier { namespace, .. }
+            | HierOp::ArriveAtBarrier { namespace, .. } => Some(namespace),
             HierOp::CreateSemaphore { namespace, .. }
             | HierOp::UpdateSemaphore { namespace, .. }
             | HierOp::DeleteSemaphore { namespace, .. }
@@ -407,4 +587,11 @@ pub enum Reply {
     Lock(LockView),
     Semaphore(SemaphoreView),
     SemaphoreAcquire(SemAcquireReply),
+    WaitGroup(WaitGroupView),
+    Barrier(BarrierView),
+    /// An arrival: the barrier and whether the generation arrived at has tripped.
+    BarrierArrival {
+        barrier: BarrierView,
+        all_arrived: bool,
+    },
 }

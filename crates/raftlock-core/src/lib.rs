@@ -17,6 +17,8 @@
 //! - [`hierarchy`]: namespaces, lock leases and shared/exclusive path locks of hierarchical.
 //! - [`semaphores`]: semaphores (permits held in weights) and semaphore leases, inside the
 //!   namespaces of [`hierarchy`].
+//! - [`wait_groups`]: wait groups (jobs counted to completion, idempotent per job id).
+//! - [`barriers`]: barriers (N-party rendezvous by generation).
 //! - [`budget`]: what stored records cost a project in bytes, and the per-project byte
 //!   budgets that bound memory where count quotas cannot.
 //! - [`paging`]: opaque pagination cursors shared by every list call.
@@ -29,6 +31,7 @@
 //! - [`ratelimit`]: the fixed-window request counter (pure; the server owns the instance).
 //! - [`codec`]: the one place that decides how state and commands become bytes.
 
+pub mod barriers;
 pub mod budget;
 pub mod clock;
 pub mod codec;
@@ -43,6 +46,7 @@ pub mod request_ids;
 pub mod semaphores;
 pub mod tenancy;
 pub mod validate;
+pub mod wait_groups;
 
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;

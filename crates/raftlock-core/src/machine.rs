@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::barriers::{Arrival, BarrierSpec, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, Quotas};
@@ -12,6 +13,7 @@ use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
+use crate::wait_groups::{GroupSpec, WaitGroups};
 use crate::{validate, Nanos};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
@@ -37,9 +39,14 @@ pub struct StateMachine {
     request_ids: RequestIds,
     /// Semaphores and semaphore leases (inside the hierarchy's namespaces).
     semaphores: Semaphores,
+    /// Wait groups (inside the hierarchy's namespaces).
+    wait_groups: WaitGroups,
+    /// Barriers (inside the hierarchy's namespaces).
+    barriers: Barriers,
 }
 
-/// [`StateMachine`] as snapshot format 2 laid it out (before semaphores), so a node upgraded
+/// [`StateMachine`] as snapshot format 2 laid it out (before semaphores, wait groups and
+/// barriers), so a node upgraded
 /// from that release can read its snapshot. Field order is the encoding: do not change it.
 #[derive(Debug, Deserialize)]
 pub struct StateMachineV2 {
@@ -60,7 +67,7 @@ impl From<StateMachineV2> for StateMachine {
             project_locks: v2.project_locks,
             hierarchy: v2.hierarchy,
             request_ids: v2.request_ids,
-            semaphores: Semaphores::default(),
+            ..Default::default()
         }
     }
 }
@@ -84,8 +91,7 @@ impl From<StateMachineV1> for StateMachine {
             key_index: v1.key_index,
             project_locks: v1.project_locks,
             hierarchy: v1.hierarchy,
-            request_ids: RequestIds::default(),
-            semaphores: Semaphores::default(),
+            ..Default::default()
         }
     }
 }
@@ -133,6 +139,8 @@ impl StateMachine {
         self.project_locks = ProjectLocks::with_byte_quota(locks);
         self.hierarchy = std::mem::take(&mut self.hierarchy).with_byte_quota(hierarchy);
         self.semaphores = std::mem::take(&mut self.semaphores).with_byte_quota(hierarchy);
+        self.wait_groups = std::mem::take(&mut self.wait_groups).with_byte_quota(hierarchy);
+        self.barriers = std::mem::take(&mut self.barriers).with_byte_quota(hierarchy);
         self
     }
 
@@ -141,6 +149,8 @@ impl StateMachine {
     pub fn take_resolved_waiters(&mut self) -> Vec<String> {
         let mut ids = self.hierarchy.take_resolved_waiters();
         ids.append(&mut self.semaphores.take_resolved_waiters());
+        ids.append(&mut self.wait_groups.take_woken());
+        ids.append(&mut self.barriers.take_woken());
         ids
     }
 
@@ -156,6 +166,8 @@ impl StateMachine {
         self.project_locks.reap(t);
         self.hierarchy.reap(t);
         self.semaphores.reap(t);
+        self.wait_groups.reap(t);
+        self.barriers.reap(t);
         cmd.ops.iter().map(|op| self.apply_op(op, t)).collect()
     }
 
@@ -165,6 +177,8 @@ impl StateMachine {
         self.project_locks.count_usage();
         self.hierarchy.count_usage();
         self.semaphores.count_usage();
+        self.wait_groups.count_usage();
+        self.barriers.count_usage();
     }
 
     /// What the state holds, for backups and operators.
@@ -191,7 +205,9 @@ impl StateMachine {
     pub fn check_usage(&self) -> Result<(), String> {
         self.project_locks.check_usage()?;
         self.hierarchy.check_invariants()?;
-        self.semaphores.check_invariants()
+        self.semaphores.check_invariants()?;
+        self.wait_groups.check_invariants()?;
+        self.barriers.check_invariants()
     }
 
     /// Bytes `project` is charged against its byte budgets: (project-lock locks, hierarchical state).
@@ -289,15 +305,17 @@ impl StateMachine {
 
     fn apply_hier(&mut self, project: &str, op: &HierOp, t: Nanos) -> Outcome {
         op.validate()?;
-        if let Some(namespace) = op.semaphore_namespace() {
+        if let Some(namespace) = op.primitive_namespace() {
             if !self.hierarchy.has_namespace(project, namespace) {
                 return Err(CoreError::NotFound("namespace".into()));
             }
-            return self.apply_semaphore(project, namespace, op, t);
+            return self.apply_primitive(project, namespace, op, t);
         }
         if let HierOp::DeleteNamespace { name } = op {
             self.hierarchy.delete_namespace(project, name)?;
             self.semaphores.delete_namespace(project, name);
+            self.wait_groups.delete_namespace(project, name);
+            self.barriers.delete_namespace(project, name);
             return Ok(Reply::Done);
         }
         let h = &mut self.hierarchy;
@@ -393,8 +411,8 @@ impl StateMachine {
         }
     }
 
-    /// A semaphore call, in an existing namespace.
-    fn apply_semaphore(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
+    /// A semaphore, wait-group or barrier call, in an existing namespace.
+    fn apply_primitive(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
         let s = &mut self.semaphores;
         match op {
             HierOp::CreateSemaphore {
@@ -476,7 +494,114 @@ impl StateMachine {
             HierOp::ReleaseSemaphore { name, lease_id, .. } => s
                 .release(project, ns, name, lease_id, t)
                 .map(Reply::Semaphore),
-            _ => unreachable!("only semaphore calls have a semaphore namespace"),
+            _ => self.apply_coordination(project, ns, op, t),
+        }
+    }
+
+    /// A wait-group or barrier call, in an existing namespace.
+    fn apply_coordination(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
+        let (w, b) = (&mut self.wait_groups, &mut self.barriers);
+        match op {
+            HierOp::CreateWaitGroup {
+                name,
+                description,
+                counter,
+                expires_at,
+                delete_after_finished_seconds,
+                metadata,
+                ..
+            } => {
+                let spec = GroupSpec {
+                    description,
+                    counter: *counter,
+                    expires_at: *expires_at,
+                    delete_after_finished_seconds: *delete_after_finished_seconds,
+                    metadata,
+                };
+                w.create(project, ns, name, spec, t).map(Reply::WaitGroup)
+            }
+            HierOp::UpdateWaitGroup {
+                name,
+                description,
+                counter,
+                expires_at,
+                delete_after_finished_seconds,
+                metadata,
+                expected_version,
+                ..
+            } => {
+                let spec = GroupSpec {
+                    description,
+                    counter: *counter,
+                    expires_at: *expires_at,
+                    delete_after_finished_seconds: *delete_after_finished_seconds,
+                    metadata,
+                };
+                (w.update(project, ns, name, spec, *expected_version, t)).map(Reply::WaitGroup)
+            }
+            HierOp::DeleteWaitGroup { name, .. } => {
+                w.delete(project, ns, name);
+                Ok(Reply::Done)
+            }
+            HierOp::CompleteJobs { name, jobs, .. } => {
+                (w.complete_jobs(project, ns, name, jobs, t)).map(Reply::WaitGroup)
+            }
+            HierOp::CreateBarrier {
+                name,
+                description,
+                expected_processes,
+                delete_inactive_after_seconds,
+                metadata,
+                ..
+            } => {
+                let spec = BarrierSpec {
+                    description,
+                    expected_processes: *expected_processes,
+                    delete_inactive_after_seconds: *delete_inactive_after_seconds,
+                    metadata,
+                };
+                b.create(project, ns, name, spec, t).map(Reply::Barrier)
+            }
+            HierOp::UpdateBarrier {
+                name,
+                description,
+                expected_processes,
+                delete_inactive_after_seconds,
+                metadata,
+                expected_version,
+                ..
+            } => {
+                let spec = BarrierSpec {
+                    description,
+                    expected_processes: *expected_processes,
+                    delete_inactive_after_seconds: *delete_inactive_after_seconds,
+                    metadata,
+                };
+                (b.update(project, ns, name, spec, *expected_version, t)).map(Reply::Barrier)
+            }
+            HierOp::DeleteBarrier { name, .. } => {
+                b.delete(project, ns, name);
+                Ok(Reply::Done)
+            }
+            HierOp::ArriveAtBarrier {
+                name,
+                process_id,
+                expected_generation,
+                metadata,
+                ..
+            } => {
+                let arrival = Arrival {
+                    process_id,
+                    expected_generation: *expected_generation,
+                    metadata,
+                };
+                let (barrier, all_arrived) = b.arrive(project, ns, name, arrival, t)?;
+                Ok(Reply::BarrierArrival {
+                    barrier,
+                    all_arrived,
+                })
+            }
+            _ => unreachable!("only primitive calls have a primitive namespace"),
         }
     }
 
@@ -547,11 +672,35 @@ impl StateMachine {
 
     /// Semaphore queries; the namespace is checked first, as every semaphore call does.
     pub fn semaphores_in(&self, project: &str, namespace: &str) -> Result<&Semaphores, CoreError> {
+        self.check_namespace(project, namespace)?;
+        Ok(&self.semaphores)
+    }
+
+    /// Wait-group queries; the namespace is checked first.
+    pub fn wait_groups_in(&self, project: &str, namespace: &str) -> Result<&WaitGroups, CoreError> {
+        self.check_namespace(project, namespace)?;
+        Ok(&self.wait_groups)
+    }
+
+    /// Barrier queries; the namespace is checked first.
+    pub fn barriers_in(&self, project: &str, namespace: &str) -> Result<&Barriers, CoreError> {
+        self.check_namespace(project, namespace)?;
+        Ok(&self.barriers)
+    }
+
+    /// (wait groups, completed job records, barriers, participant records), for metrics.
+    pub fn coordination_totals(&self) -> (usize, usize, usize, usize) {
+        let (groups, jobs) = self.wait_groups.totals();
+        let (barriers, participants) = self.barriers.totals();
+        (groups, jobs, barriers, participants)
+    }
+
+    fn check_namespace(&self, project: &str, namespace: &str) -> Result<(), CoreError> {
         validate::simple_name("namespace_name", namespace)?;
         if !self.hierarchy.has_namespace(project, namespace) {
             return Err(CoreError::NotFound("namespace".into()));
         }
-        Ok(&self.semaphores)
+        Ok(())
     }
 
     /// Number of stored project-lock leases (live or within the takeover grace).

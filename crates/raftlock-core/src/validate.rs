@@ -194,6 +194,66 @@ pub fn permits(field: &str, value: u64) -> Result {
     Ok(())
 }
 
+/// A wait group's `counter`: 1 to [`crate::wait_groups::MAX_COUNTER`].
+pub fn wait_group_counter(counter: u64) -> Result {
+    let max = crate::wait_groups::MAX_COUNTER;
+    if counter == 0 || counter > max {
+        return Err(CoreError::invalid(
+            "counter",
+            format!("must be between 1 and {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A retention or idle time: 60 s to 30 days.
+pub fn retention(field: &str, seconds: u64) -> Result {
+    use crate::wait_groups::{MAX_RETENTION_SECONDS as MAX, MIN_RETENTION_SECONDS as MIN};
+    if !(MIN..=MAX).contains(&seconds) {
+        return Err(CoreError::invalid(
+            field,
+            format!("must be between {MIN} and {MAX}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A report of completed jobs: 1–50 jobs, each with a valid id and metadata.
+pub fn job_batch(jobs: &[(String, BTreeMap<String, String>)]) -> Result {
+    let max = crate::wait_groups::MAX_JOBS_PER_REPORT;
+    if jobs.is_empty() || jobs.len() > max {
+        return Err(CoreError::invalid(
+            "jobs",
+            format!("must hold 1 to {max} jobs"),
+        ));
+    }
+    for (id, meta) in jobs {
+        simple_name("job_id", id)?;
+        metadata(meta)?;
+    }
+    Ok(())
+}
+
+/// A barrier's `expected_processes`: 1 to [`crate::barriers::MAX_EXPECTED_PROCESSES`].
+pub fn expected_processes(n: u64) -> Result {
+    let max = crate::barriers::MAX_EXPECTED_PROCESSES;
+    if n == 0 || n > max {
+        return Err(CoreError::invalid(
+            "expected_processes",
+            format!("must be between 1 and {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A barrier generation: from 1.
+pub fn generation(field: &str, generation: u64) -> Result {
+    if generation == 0 {
+        return Err(CoreError::invalid(field, "must be at least 1"));
+    }
+    Ok(())
+}
+
 /// Hierarchical page size: 0–250, where 0 means 100. Returns the effective size.
 pub fn page_limit(limit: u32) -> Result<usize> {
     match limit {

@@ -4,7 +4,8 @@
 //!
 //! `fixtures/state-format-2.bin` was written by the release whose hierarchical state still used
 //! `BTreeMap`s; it must still decode (as [`StateMachineV2`]) and convert to the same state.
-//! `fixtures/state-format-3.bin` was written by the first release with semaphores
+//! `fixtures/state-format-3.bin` was written by the first release with semaphores, wait groups
+//! and barriers
 //! (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
@@ -105,8 +106,9 @@ fn sample_state() -> StateMachine {
     sm
 }
 
-/// [`sample_state`] plus semaphores: two semaphores with holders of two leases, one queued
-/// acquire, one lease with nothing held.
+/// [`sample_state`] plus semaphores (two semaphores with holders of two leases, one queued
+/// acquire, one lease with nothing held), a wait group with two of three jobs in, and a
+/// barrier that tripped once and has one arrival in its second generation.
 fn sample_state_with_semaphores() -> StateMachine {
     let mut sm = sample_state();
     let meta: BTreeMap<String, String> = [("vendor".to_string(), "partner-1".to_string())].into();
@@ -155,11 +157,58 @@ fn sample_state_with_semaphores() -> StateMachine {
             },
         ));
     }
+    let ns = || "alpha".to_string();
+    ops.push(hier(
+        "p",
+        HierOp::CreateWaitGroup {
+            namespace: ns(),
+            name: "batch".into(),
+            description: "nightly".into(),
+            counter: 3,
+            expires_at: T0 + 3600 * SECOND,
+            delete_after_finished_seconds: 600,
+            metadata: meta.clone(),
+        },
+    ));
+    ops.push(hier(
+        "p",
+        HierOp::CompleteJobs {
+            namespace: ns(),
+            name: "batch".into(),
+            jobs: vec![
+                ("shard-0".into(), meta.clone()),
+                ("shard-1".into(), BTreeMap::new()),
+            ],
+        },
+    ));
+    ops.push(hier(
+        "p",
+        HierOp::CreateBarrier {
+            namespace: ns(),
+            name: "phase".into(),
+            description: "end of map".into(),
+            expected_processes: 2,
+            delete_inactive_after_seconds: 3600,
+            metadata: meta.clone(),
+        },
+    ));
+    for (process, generation) in [("a", 1), ("b", 1), ("a", 2)] {
+        ops.push(hier(
+            "p",
+            HierOp::ArriveAtBarrier {
+                namespace: ns(),
+                name: "phase".into(),
+                process_id: process.into(),
+                expected_generation: generation,
+                metadata: meta.clone(),
+            },
+        ));
+    }
     for out in sm.apply(&Command {
         stamp: T0 + SECOND,
         ops,
     }) {
-        out.expect("the sample's semaphore commands succeed");
+        out.expect("the sample's semaphore, wait-group and barrier commands succeed");
     }
     sm
 }

@@ -138,7 +138,7 @@ struct SmDataV1 {
     machine: raftlock_core::StateMachineV1,
 }
 
-/// [`SmData`] in format 2 (before semaphores); read and converted.
+/// [`SmData`] in format 2 (before semaphores, wait groups and barriers); read and converted.
 #[derive(Deserialize)]
 struct SmDataV2 {
     last_applied: Option<LogId>,
@@ -440,16 +440,17 @@ mod format_tests {
 
     #[test]
     fn a_format_2_snapshot_is_read_and_converted() {
-        // Format 2 is format 3 without the semaphores, which are last and (empty) four bytes:
-        // no namespaces, two empty indexes, token counter 0.
-        let (state, v2) = older_format(2, 4);
+        // Format 2 is format 3 without the semaphores, wait groups and barriers, which are
+        // last and (empty) nine bytes: semaphores 4 (no namespaces, two empty indexes, token
+        // counter 0), wait groups 3 (no namespaces, two empty indexes), barriers 2.
+        let (state, v2) = older_format(2, 9);
         assert_eq!(decode_state(&v2).unwrap().machine, state.machine);
     }
 
     #[test]
     fn a_format_1_snapshot_is_read_and_converted() {
         // Format 1 is format 2 without the request-id table, one more (empty) byte.
-        let (state, v1) = older_format(1, 5);
+        let (state, v1) = older_format(1, 10);
         assert_eq!(decode_state(&v1).unwrap().machine, state.machine);
     }
 }

@@ -30,7 +30,7 @@ pub use raftlock_api::semaphores::{
     SemaphoreHolder as SemHolderView,
 };
 
-use crate::budget::{self, Scratch};
+use crate::budget::{self, ByteBudget, Scratch};
 use crate::error::CoreError;
 use crate::hierarchy::{AcquireOutcome, LeaseView, WaitSpec, WaitState};
 use crate::paging::{paginate, Page};
@@ -115,15 +115,13 @@ pub(crate) struct Book {
     deadlines: OrdSet<(Nanos, String, String, String, String)>,
     /// The last fencing token granted.
     last_token: u64,
-    /// Bytes each project is charged. Not state: counted again after decoding.
+    /// Bytes each project is charged (limit [`MAX_SEMAPHORE_BYTES_PER_PROJECT`]). Not
+    /// state: counted again after decoding.
     #[serde(skip)]
-    usage: Scratch<BTreeMap<String, usize>>,
+    usage: Scratch<ByteBudget>,
     /// Waiters that left their queue since the server last collected them. Not state.
     #[serde(skip)]
     resolved: Scratch<Vec<String>>,
-    /// The byte budget per project: `None` is [`MAX_SEMAPHORE_BYTES_PER_PROJECT`]; tests lower it.
-    #[serde(skip)]
-    byte_quota: Scratch<Option<usize>>,
 }
 
 impl Book {
@@ -133,40 +131,30 @@ impl Book {
     }
 
     fn used(&self, project: &str) -> usize {
-        self.usage.0.get(project).copied().unwrap_or(0)
+        self.usage.0.used(project)
     }
 
     /// Whether `project` may add `bytes` within its budget.
     fn check_room(&self, project: &str, bytes: usize) -> Result<()> {
-        let quota = self.byte_quota.0.unwrap_or(MAX_SEMAPHORE_BYTES_PER_PROJECT);
-        if self.used(project) + bytes > quota {
-            return Err(CoreError::ResourceExhausted(
-                "this project's semaphores use up their storage budget".into(),
-            ));
-        }
-        Ok(())
+        let limit = MAX_SEMAPHORE_BYTES_PER_PROJECT;
+        self.usage.0.check_room(project, bytes, limit, "semaphores")
     }
 
     /// Charges `bytes` to `project` if its budget has room.
     fn charge(&mut self, project: &str, bytes: usize) -> Result<()> {
         self.check_room(project, bytes)?;
-        self.charge_granted(project, bytes);
+        self.usage.0.charge(project, bytes);
         Ok(())
     }
 
     /// Charges without a budget check: a grant turning a queued acquire (charged more) into
     /// a hold.
     fn charge_granted(&mut self, project: &str, bytes: usize) {
-        *self.usage.0.entry(project.to_string()).or_default() += bytes;
+        self.usage.0.charge(project, bytes);
     }
 
     fn refund(&mut self, project: &str, bytes: usize) {
-        if let Some(used) = self.usage.0.get_mut(project) {
-            *used = used.saturating_sub(bytes);
-            if *used == 0 {
-                self.usage.0.remove(project);
-            }
-        }
+        self.usage.0.refund(project, bytes);
     }
 
     fn resolve(&mut self, waiter_id: &str) {
@@ -216,7 +204,7 @@ pub struct AcquireArgs<'a> {
 impl Semaphores {
     /// Lowers the per-project byte budget (tests).
     pub fn with_byte_quota(mut self, bytes: usize) -> Self {
-        self.book.byte_quota.0 = Some(bytes);
+        self.book.usage.0.set_quota(bytes);
         self
     }
 
@@ -253,8 +241,7 @@ impl Semaphores {
         for ((project, _), space) in self.spaces.iter() {
             *usage.entry(project.clone()).or_default() += space.count_bytes();
         }
-        usage.retain(|_, bytes| *bytes > 0);
-        self.book.usage.0 = usage;
+        self.book.usage.0.recount(usage);
     }
 
     /// Bytes `project` is charged for its semaphore state.
@@ -821,11 +808,9 @@ impl Semaphores {
             }
         }
         usage.retain(|_, b| *b > 0);
-        if usage != self.book.usage.0 {
-            return Err(format!(
-                "usage kept {:?} != counted {usage:?}",
-                self.book.usage.0
-            ));
+        let kept = self.book.usage.0.totals();
+        if &usage != kept {
+            return Err(format!("usage kept {kept:?} != counted {usage:?}"));
         }
         if expiries != self.book.by_expiry {
             return Err("the expiry index does not list exactly the leases".into());

@@ -1,0 +1,282 @@
+//! Barriers: named N-party rendezvous points inside a namespace, reusable across generations
+//! (Grackle's barrier methods, on `POST /v1beta/{Method}`). Barriers use no leases; an idle
+//! barrier is deleted `delete_inactive_after_seconds` after its last activity.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A barrier as it is at the time of the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Barrier {
+    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
+    pub name: String,
+    /// Up to 1024 bytes.
+    pub description: String,
+    /// Distinct processes that must arrive for the barrier to trip.
+    pub expected_processes: u64,
+    /// Distinct processes arrived in the current generation.
+    pub arrived_processes: u64,
+    /// The current generation: starts at 1, +1 per trip.
+    pub generation: u64,
+    /// Starts at 1 and is bumped by every update; pass it as `expected_version`.
+    pub version: u64,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last update time.
+    pub updated_at: i64,
+    /// Creation or the last arrival.
+    pub last_activity_at: i64,
+    /// Deleted this long after its last activity.
+    pub delete_inactive_after_seconds: u64,
+    /// Up to 32 entries.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A process that arrived in a generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BarrierParticipant {
+    /// The caller's id of the process.
+    pub process_id: String,
+    /// When it arrived.
+    pub arrived_at: i64,
+    /// The metadata of its arrival.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// How a `WaitAtBarrier` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum BarrierWaitOutcome {
+    /// The awaited generation tripped.
+    #[serde(rename = "BARRIER_WAIT_OUTCOME_TRIPPED")]
+    Tripped,
+    /// `timeout_seconds` elapsed first.
+    #[serde(rename = "BARRIER_WAIT_OUTCOME_TIMED_OUT")]
+    TimedOut,
+}
+
+// ---- requests --------------------------------------------------------------------------
+
+/// `CreateBarrier`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateBarrierRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The new barrier's name.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+    /// Up to 1024 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// Processes that must arrive, 1–1,000,000.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
+    pub expected_processes: u64,
+    /// Idle time before deletion, 60–2,592,000 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    pub delete_inactive_after_seconds: u64,
+    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `GetBarrier` and `DeleteBarrier` (deleting an absent barrier is not an error).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BarrierRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The barrier.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+}
+
+/// `UpdateBarrier`: a full replacement, applied only when `expected_version` (required) is
+/// the current version. Lowering `expected_processes` to `arrived_processes` trips it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UpdateBarrierRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The barrier.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+    /// New description.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// New count, at least `arrived_processes`.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
+    pub expected_processes: u64,
+    /// New idle time before deletion, 60–2,592,000 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    pub delete_inactive_after_seconds: u64,
+    /// New metadata.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+    /// Required: the version the update is based on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    pub expected_version: Option<u64>,
+}
+
+/// `ListBarriers`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListBarriersRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+/// `ArriveAtBarrier`: records an arrival for `expected_generation` (the current one) and
+/// answers at once; idempotent per (generation, process).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ArriveAtBarrierRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The barrier.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+    /// The arriving process, 1–128 of `[-_0-9a-zA-Z]`.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub process_id: String,
+    /// The generation the process arrives at (≥ 1).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub expected_generation: u64,
+    /// Participant metadata.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `WaitAtBarrier`: blocks on the server until generation `expected_generation` has tripped
+/// or `timeout_seconds` pass; registers no arrival.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitAtBarrierRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The barrier.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+    /// The generation waited for (≥ 1).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub expected_generation: u64,
+    /// Seconds to wait, 0–300 (0: answer at once).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+    pub timeout_seconds: u64,
+}
+
+/// `ListBarrierParticipants` of one generation (the current one or one of the 8 before it),
+/// by process id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListBarrierParticipantsRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The barrier.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub barrier_name: String,
+    /// The generation (≥ 1).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub generation: u64,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+/// Answer of `CreateBarrier`, `GetBarrier` and `UpdateBarrier`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BarrierResponse {
+    /// The barrier as it is now.
+    pub barrier: Barrier,
+}
+
+/// Answer of `ArriveAtBarrier`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ArriveAtBarrierResponse {
+    /// The barrier as it is now (after a trip: the next generation, nobody arrived).
+    pub barrier: Barrier,
+    /// True when the generation arrived at has tripped.
+    pub all_arrived: bool,
+}
+
+/// Answer of `WaitAtBarrier`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitAtBarrierResponse {
+    /// The barrier as it is now.
+    pub barrier: Barrier,
+    /// Tripped or timed out.
+    pub outcome: BarrierWaitOutcome,
+}
+
+/// Answer of `ListBarriers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListBarriersResponse {
+    /// One page, by name.
+    pub barriers: Vec<Barrier>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}
+
+/// Answer of `ListBarrierParticipants`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListBarrierParticipantsResponse {
+    /// One page, by process id.
+    pub participants: Vec<BarrierParticipant>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}

@@ -1,0 +1,298 @@
+//! Wait groups: a named counter of jobs inside a namespace that observers wait on until every
+//! job is reported complete (Grackle's wait-group methods, on `POST /v1beta/{Method}`).
+//! Wait groups use no leases; `expires_at` is their own absolute deadline.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a wait group stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum WaitGroupStatus {
+    /// Accepting completions; neither completed nor expired.
+    #[serde(rename = "WAIT_GROUP_STATUS_ACTIVE")]
+    Active,
+    /// `completed_jobs` reached `counter` (terminal).
+    #[serde(rename = "WAIT_GROUP_STATUS_COMPLETED")]
+    Completed,
+    /// `expires_at` passed before it completed (terminal).
+    #[serde(rename = "WAIT_GROUP_STATUS_EXPIRED")]
+    Expired,
+}
+
+/// A wait group as it is at the time of the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitGroup {
+    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
+    pub name: String,
+    /// Up to 1024 bytes.
+    pub description: String,
+    /// Active, completed or expired.
+    pub status: WaitGroupStatus,
+    /// Jobs the group waits for.
+    pub counter: u64,
+    /// Distinct jobs reported complete.
+    pub completed_jobs: u64,
+    /// Starts at 1 and is bumped by every update; pass it as `expected_version`.
+    pub version: u64,
+    /// Creation time.
+    pub created_at: i64,
+    /// Last update time.
+    pub updated_at: i64,
+    /// The group expires at this time unless it completed before.
+    pub expires_at: i64,
+    /// Kept this long after it finished, then deleted.
+    pub delete_after_finished_seconds: u64,
+    /// When it completed or expired; 0 while active.
+    pub finished_at: i64,
+    /// Creation or the last report of jobs.
+    pub last_activity_at: i64,
+    /// Up to 32 entries.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A job reported complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompletedJob {
+    /// The caller's id of the job.
+    pub job_id: String,
+    /// When it was first reported.
+    pub completed_at: i64,
+    /// The metadata of its first report.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// How a `WaitForWaitGroup` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum WaitGroupWaitOutcome {
+    /// Every job completed.
+    #[serde(rename = "WAIT_GROUP_WAIT_OUTCOME_COMPLETED")]
+    Completed,
+    /// The group's `expires_at` passed while it was active.
+    #[serde(rename = "WAIT_GROUP_WAIT_OUTCOME_EXPIRED")]
+    Expired,
+    /// `timeout_seconds` elapsed while the group was active.
+    #[serde(rename = "WAIT_GROUP_WAIT_OUTCOME_TIMED_OUT")]
+    TimedOut,
+}
+
+// ---- requests --------------------------------------------------------------------------
+
+/// `CreateWaitGroup`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateWaitGroupRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The new wait group's name.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+    /// Up to 1024 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// Jobs to wait for, 1–100,000,000.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000_000))]
+    pub counter: u64,
+    /// Absolute deadline (ns since the epoch), at least 60 s after the call.
+    #[serde(default)]
+    pub expires_at: i64,
+    /// Retention after the group finishes, 60–2,592,000 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    pub delete_after_finished_seconds: u64,
+    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `GetWaitGroup` and `DeleteWaitGroup` (deleting an absent group is not an error).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitGroupRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The wait group.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+}
+
+/// `UpdateWaitGroup`: a full replacement of the mutable fields of an active group, applied
+/// only when `expected_version` (required) is the current version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UpdateWaitGroupRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The wait group.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+    /// New description.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub description: String,
+    /// New total, at least `completed_jobs` (equal completes the group).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000_000))]
+    pub counter: u64,
+    /// New deadline, in the future.
+    #[serde(default)]
+    pub expires_at: i64,
+    /// New retention, 60–2,592,000 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    pub delete_after_finished_seconds: u64,
+    /// New metadata.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+    /// Required: the version the update is based on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    pub expected_version: Option<u64>,
+}
+
+/// `ListWaitGroups`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListWaitGroupsRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+/// One job of a `CompleteJobsFromWaitGroup` batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobReport {
+    /// The job's id, 1–128 of `[-_0-9a-zA-Z]`.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub job_id: String,
+    /// Kept from the first report of this id.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `CompleteJobsFromWaitGroup`: idempotent per `job_id`; all of a batch or none of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompleteJobsFromWaitGroupRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The wait group.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+    /// 1–50 jobs.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 50))]
+    pub jobs: Vec<JobReport>,
+}
+
+/// `ListWaitGroupCompletedJobs`: the completed jobs by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListWaitGroupCompletedJobsRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The wait group.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+    /// Page size 0–250; 0 means 100.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
+    pub limit: u32,
+    /// Token from a previous page; empty for the first page.
+    #[serde(default)]
+    pub pagination_token: String,
+}
+
+/// `WaitForWaitGroup`: blocks on the server until the group completes or expires, or
+/// `timeout_seconds` pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitForWaitGroupRequest {
+    /// The namespace.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+    pub namespace_name: String,
+    /// The wait group.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+    pub wait_group_name: String,
+    /// Seconds to wait, 0–300 (0: answer at once).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+    pub timeout_seconds: u64,
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+/// Answer of `CreateWaitGroup`, `GetWaitGroup`, `UpdateWaitGroup` and
+/// `CompleteJobsFromWaitGroup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitGroupResponse {
+    /// The wait group as it is now.
+    pub wait_group: WaitGroup,
+}
+
+/// Answer of `WaitForWaitGroup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitForWaitGroupResponse {
+    /// The wait group as it is now.
+    pub wait_group: WaitGroup,
+    /// Completed, expired or timed out.
+    pub outcome: WaitGroupWaitOutcome,
+}
+
+/// Answer of `ListWaitGroups`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListWaitGroupsResponse {
+    /// One page, by name.
+    pub wait_groups: Vec<WaitGroup>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}
+
+/// Answer of `ListWaitGroupCompletedJobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListWaitGroupCompletedJobsResponse {
+    /// One page, by job id.
+    pub jobs: Vec<CompletedJob>,
+    /// Token of the next page; empty on the last page.
+    pub next_pagination_token: String,
+    /// Token of the previous page; empty on the first page.
+    pub previous_pagination_token: String,
+}

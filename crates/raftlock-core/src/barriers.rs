@@ -1,0 +1,562 @@
+//! Barriers: named N-party rendezvous points inside a hierarchical namespace (Grackle's
+//! barriers, the distributed `CyclicBarrier`).
+//!
+//! Rules: a barrier trips when `expected_processes` distinct processes have arrived in its
+//! current generation — never earlier; the trip moves to the next generation with nobody
+//! arrived. An arrival names the generation it is for: the current one (idempotent per
+//! process), or a past one it already arrived at (a retry: answered as tripped); any other is
+//! refused. Lowering `expected_processes` to the number arrived trips the barrier (how a
+//! group releases a barrier a lost peer will never reach); it can never go below it. The
+//! participants of the last [`KEPT_PAST_GENERATIONS`] generations are kept for listing and
+//! retries. An idle barrier is deleted `delete_inactive_after_seconds` after its last
+//! activity (creation or an arrival), at the start of an apply; queries at a later `now` hide
+//! it already.
+//!
+//! Waiting is a read on the server: a trip, an update or a deletion is reported through
+//! [`Barriers::take_woken`] (the barrier's [`topic`]) so waiting calls look again.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use imbl::{OrdMap, OrdSet};
+use serde::{Deserialize, Serialize};
+
+pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as ParticipantView};
+
+use crate::budget::{self, ByteBudget, Scratch};
+use crate::error::CoreError;
+use crate::paging::{paginate, Page};
+use crate::{validate, Nanos, SECOND};
+
+/// Most processes one barrier waits for (Grackle's limit).
+pub const MAX_EXPECTED_PROCESSES: u64 = 1_000_000;
+/// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
+pub const MIN_IDLE_SECONDS: u64 = 60;
+pub const MAX_IDLE_SECONDS: u64 = 30 * 24 * 3600;
+/// Past generations whose participants are kept.
+pub const KEPT_PAST_GENERATIONS: usize = 8;
+/// Most barriers in one namespace (Grackle's limit).
+pub const MAX_BARRIERS_PER_NAMESPACE: usize = 1_000_000;
+/// Bytes of barriers and participant records one project may keep.
+pub const MAX_BARRIER_BYTES_PER_PROJECT: usize = 256 << 20;
+
+type Result<T> = std::result::Result<T, CoreError>;
+
+/// The wake-up topic of a barrier: waiting calls register under it.
+pub fn topic(project: &str, namespace: &str, name: &str) -> String {
+    format!("barrier/{project}/{namespace}/{name}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Participant {
+    arrived_at: Nanos,
+    metadata: BTreeMap<String, String>,
+}
+
+type Participants = OrdMap<String, Participant>;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Barrier {
+    description: String,
+    expected: u64,
+    /// The current generation, from 1.
+    generation: u64,
+    /// Who arrived in the current generation.
+    arrived: Participants,
+    /// (generation, who arrived) of the last tripped generations, oldest first.
+    past: VecDeque<(u64, Participants)>,
+    version: u64,
+    created_at: Nanos,
+    updated_at: Nanos,
+    last_activity_at: Nanos,
+    delete_inactive_after_seconds: u64,
+    metadata: BTreeMap<String, String>,
+}
+
+fn barrier_bytes(name: &str, description: &str, metadata: &BTreeMap<String, String>) -> usize {
+    700 + 3 * name.len() + description.len() + budget::metadata_bytes(metadata)
+}
+
+fn participant_bytes(process_id: &str, metadata: &BTreeMap<String, String>) -> usize {
+    150 + process_id.len() + budget::metadata_bytes(metadata)
+}
+
+fn participants_bytes(p: &Participants) -> usize {
+    p.iter()
+        .map(|(id, x)| participant_bytes(id, &x.metadata))
+        .sum()
+}
+
+impl Barrier {
+    fn delete_at(&self) -> Nanos {
+        self.last_activity_at + self.delete_inactive_after_seconds as Nanos * SECOND
+    }
+
+    fn bytes(&self, name: &str) -> usize {
+        let past: usize = self.past.iter().map(|(_, p)| participants_bytes(p)).sum();
+        barrier_bytes(name, &self.description, &self.metadata)
+            + participants_bytes(&self.arrived)
+            + past
+    }
+
+    fn view(&self, name: &str) -> BarrierView {
+        BarrierView {
+            name: name.to_string(),
+            description: self.description.clone(),
+            expected_processes: self.expected,
+            arrived_processes: self.arrived.len() as u64,
+            generation: self.generation,
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            last_activity_at: self.last_activity_at,
+            delete_inactive_after_seconds: self.delete_inactive_after_seconds,
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    /// The current generation is complete: keep its participants, start the next one, forget
+    /// the generations beyond [`KEPT_PAST_GENERATIONS`]. Returns the bytes freed.
+    fn trip(&mut self) -> usize {
+        let arrived = std::mem::take(&mut self.arrived);
+        self.past.push_back((self.generation, arrived));
+        self.generation += 1;
+        let mut freed = 0;
+        while self.past.len() > KEPT_PAST_GENERATIONS {
+            let (_, gone) = self.past.pop_front().expect("non-empty");
+            freed += participants_bytes(&gone);
+        }
+        freed
+    }
+
+    fn participants(&self, generation: u64) -> Option<&Participants> {
+        if generation == self.generation {
+            return Some(&self.arrived);
+        }
+        self.past
+            .iter()
+            .find(|(g, _)| *g == generation)
+            .map(|(_, p)| p)
+    }
+}
+
+/// The new values of a create or an update.
+#[derive(Debug, Clone, Copy)]
+pub struct BarrierSpec<'a> {
+    pub description: &'a str,
+    pub expected_processes: u64,
+    pub delete_inactive_after_seconds: u64,
+    pub metadata: &'a BTreeMap<String, String>,
+}
+
+/// One arrival as the state machine applies it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<'a> {
+    pub process_id: &'a str,
+    pub expected_generation: u64,
+    pub metadata: &'a BTreeMap<String, String>,
+}
+
+type Key = (String, String);
+type Due = (Nanos, String, String, String);
+
+/// All barriers of all projects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Barriers {
+    /// (project, namespace) → name → barrier; absent when the namespace has none.
+    spaces: OrdMap<Key, OrdMap<String, Barrier>>,
+    /// (deletion time, project, namespace, name): last activity + idle time.
+    deletions: OrdSet<Due>,
+    /// Bytes each project is charged. Not state: counted again after decoding.
+    #[serde(skip)]
+    usage: Scratch<ByteBudget>,
+    /// Topics of barriers that tripped, changed or went away since the last collection.
+    #[serde(skip)]
+    woken: Scratch<Vec<String>>,
+}
+
+fn not_found() -> CoreError {
+    CoreError::NotFound("barrier".into())
+}
+
+fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
+    (at, project.into(), namespace.into(), name.into())
+}
+
+impl Barriers {
+    /// Lowers the per-project byte budget (tests).
+    pub fn with_byte_quota(mut self, bytes: usize) -> Self {
+        self.usage.0.set_quota(bytes);
+        self
+    }
+
+    /// Topics of barriers that tripped, changed or were deleted since the last call.
+    pub fn take_woken(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.woken.0)
+    }
+
+    /// Counts each project's bytes from the state (after a snapshot was decoded).
+    pub fn count_usage(&mut self) {
+        self.usage.0.recount(self.counted_usage());
+    }
+
+    fn counted_usage(&self) -> BTreeMap<String, usize> {
+        let mut usage: BTreeMap<String, usize> = BTreeMap::new();
+        for ((project, _), barriers) in self.spaces.iter() {
+            let bytes: usize = barriers.iter().map(|(name, b)| b.bytes(name)).sum();
+            *usage.entry(project.clone()).or_default() += bytes;
+        }
+        usage.retain(|_, b| *b > 0);
+        usage
+    }
+
+    /// Bytes `project` is charged for its barriers.
+    pub fn stored_bytes(&self, project: &str) -> usize {
+        self.usage.0.used(project)
+    }
+
+    fn barrier(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Barrier> {
+        (self.spaces.get(&(project.to_string(), ns.to_string())))
+            .and_then(|barriers| barriers.get(name))
+            .filter(|b| now < b.delete_at())
+            .ok_or_else(not_found)
+    }
+
+    fn barrier_mut(&mut self, project: &str, ns: &str, name: &str) -> Result<&mut Barrier> {
+        (self.spaces.get_mut(&(project.to_string(), ns.to_string())))
+            .and_then(|barriers| barriers.get_mut(name))
+            .ok_or_else(not_found)
+    }
+
+    /// Deletes barriers idle past their time.
+    pub fn reap(&mut self, t: Nanos) {
+        while (self.deletions.get_min()).is_some_and(|first| first.0 <= t) {
+            let (_, project, ns, name) = self.deletions.remove_min().expect("non-empty");
+            self.delete(&project, &ns, &name);
+        }
+    }
+
+    /// Drops a deleted namespace's barriers; their waiting calls are woken.
+    pub fn delete_namespace(&mut self, project: &str, ns: &str) {
+        let key = (project.to_string(), ns.to_string());
+        let names: Vec<String> = (self.spaces.get(&key))
+            .map(|barriers| barriers.keys().cloned().collect())
+            .unwrap_or_default();
+        for name in names {
+            self.delete(project, ns, &name);
+        }
+    }
+
+    pub fn create(
+        &mut self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        spec: BarrierSpec<'_>,
+        t: Nanos,
+    ) -> Result<BarrierView> {
+        let key = (project.to_string(), ns.to_string());
+        let barriers = self.spaces.get(&key);
+        if barriers.is_some_and(|b| b.contains_key(name)) {
+            return Err(CoreError::AlreadyExists("barrier".into()));
+        }
+        if barriers.is_some_and(|b| b.len() >= MAX_BARRIERS_PER_NAMESPACE) {
+            return Err(CoreError::ResourceExhausted(
+                "namespace barrier quota reached".into(),
+            ));
+        }
+        let bytes = barrier_bytes(name, spec.description, spec.metadata);
+        let limit = MAX_BARRIER_BYTES_PER_PROJECT;
+        self.usage.0.check_room(project, bytes, limit, "barriers")?;
+        self.usage.0.charge(project, bytes);
+        let barrier = Barrier {
+            description: spec.description.to_string(),
+            expected: spec.expected_processes,
+            generation: 1,
+            arrived: OrdMap::new(),
+            past: VecDeque::new(),
+            version: 1,
+            created_at: t,
+            updated_at: t,
+            last_activity_at: t,
+            delete_inactive_after_seconds: spec.delete_inactive_after_seconds,
+            metadata: spec.metadata.clone(),
+        };
+        let view = barrier.view(name);
+        self.deletions
+            .insert(due(barrier.delete_at(), project, ns, name));
+        self.spaces
+            .entry(key)
+            .or_default()
+            .insert(name.into(), barrier);
+        Ok(view)
+    }
+
+    /// Replaces the mutable fields if `expected_version` is current; `expected_processes`
+    /// equal to the number arrived trips the barrier. An update is not activity: the deletion
+    /// is rescheduled from the same `last_activity_at`.
+    pub fn update(
+        &mut self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        spec: BarrierSpec<'_>,
+        expected_version: Option<u64>,
+        t: Nanos,
+    ) -> Result<BarrierView> {
+        let mut usage = std::mem::take(&mut self.usage.0);
+        let result = self.barrier_mut(project, ns, name).and_then(|b| {
+            if expected_version != Some(b.version) {
+                return Err(CoreError::invalid(
+                    "expected_version",
+                    format!("does not match the current version {}", b.version),
+                ));
+            }
+            let arrived = b.arrived.len() as u64;
+            if spec.expected_processes < arrived {
+                return Err(CoreError::invalid(
+                    "expected_processes",
+                    format!("must be at least arrived_processes ({arrived})"),
+                ));
+            }
+            let old = barrier_bytes(name, &b.description, &b.metadata);
+            let new = barrier_bytes(name, spec.description, spec.metadata);
+            if new > old {
+                let limit = MAX_BARRIER_BYTES_PER_PROJECT;
+                usage.check_room(project, new - old, limit, "barriers")?;
+            }
+            usage.refund(project, old);
+            usage.charge(project, new);
+            let old_delete_at = b.delete_at();
+            b.description = spec.description.to_string();
+            b.expected = spec.expected_processes;
+            b.delete_inactive_after_seconds = spec.delete_inactive_after_seconds;
+            b.metadata = spec.metadata.clone();
+            b.version += 1;
+            b.updated_at = t;
+            if spec.expected_processes == arrived {
+                usage.refund(project, b.trip());
+            }
+            Ok((old_delete_at, b.delete_at(), b.view(name)))
+        });
+        self.usage.0 = usage;
+        let (old_at, new_at, view) = result?;
+        self.deletions.remove(&due(old_at, project, ns, name));
+        self.deletions.insert(due(new_at, project, ns, name));
+        self.woken.0.push(topic(project, ns, name));
+        Ok(view)
+    }
+
+    /// Deletes a barrier and its participant records; absent is not an error.
+    pub fn delete(&mut self, project: &str, ns: &str, name: &str) {
+        let key = (project.to_string(), ns.to_string());
+        let Some(barriers) = self.spaces.get_mut(&key) else {
+            return;
+        };
+        let Some(b) = barriers.remove(name) else {
+            return;
+        };
+        if barriers.is_empty() {
+            self.spaces.remove(&key);
+        }
+        self.usage.0.refund(project, b.bytes(name));
+        self.deletions
+            .remove(&due(b.delete_at(), project, ns, name));
+        self.woken.0.push(topic(project, ns, name));
+    }
+
+    /// Records an arrival (see the module rules). Answers the barrier and whether the
+    /// generation arrived at has tripped.
+    pub fn arrive(
+        &mut self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        a: Arrival<'_>,
+        t: Nanos,
+    ) -> Result<(BarrierView, bool)> {
+        let mut usage = std::mem::take(&mut self.usage.0);
+        let result = self
+            .barrier_mut(project, ns, name)
+            .and_then(|b| arrive_at(b, project, a, &mut usage, t));
+        self.usage.0 = usage;
+        let (old_at, arrived) = result?;
+        let b = self.barrier(project, ns, name, t)?;
+        let (new_at, view) = (b.delete_at(), b.view(name));
+        if let Some(old_at) = old_at {
+            self.deletions.remove(&due(old_at, project, ns, name));
+            self.deletions.insert(due(new_at, project, ns, name));
+        }
+        if arrived == Arrived::Tripped {
+            self.woken.0.push(topic(project, ns, name));
+        }
+        Ok((view, arrived != Arrived::Open))
+    }
+
+    // ---- queries -----------------------------------------------------------------------
+
+    pub fn get(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<BarrierView> {
+        Ok(self.barrier(project, ns, name, now)?.view(name))
+    }
+
+    pub fn list(
+        &self,
+        project: &str,
+        ns: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<BarrierView>, String, String)> {
+        let limit = validate::page_limit(limit)?;
+        let empty = OrdMap::new();
+        let barriers = (self.spaces.get(&(project.to_string(), ns.to_string()))).unwrap_or(&empty);
+        let Page {
+            items,
+            next_token,
+            previous_token,
+        } = paginate(barriers, token, limit, |b| now < b.delete_at())?;
+        let views = items.into_iter().map(|(n, b)| b.view(n)).collect();
+        Ok((views, next_token, previous_token))
+    }
+
+    /// Who arrived in `generation` (the current one or a kept past one; empty otherwise), by
+    /// process id.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list_participants(
+        &self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        generation: u64,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<ParticipantView>, String, String)> {
+        let limit = validate::page_limit(limit)?;
+        let b = self.barrier(project, ns, name, now)?;
+        let empty = OrdMap::new();
+        let participants = b.participants(generation).unwrap_or(&empty);
+        let Page {
+            items,
+            next_token,
+            previous_token,
+        } = paginate(participants, token, limit, |_| true)?;
+        let views = (items.into_iter())
+            .map(|(id, p)| ParticipantView {
+                process_id: id.clone(),
+                arrived_at: p.arrived_at,
+                metadata: p.metadata.clone(),
+            })
+            .collect();
+        Ok((views, next_token, previous_token))
+    }
+
+    /// (barriers, participant records) in the whole state.
+    pub fn totals(&self) -> (usize, usize) {
+        let barriers = self.spaces.values().flat_map(|b| b.values());
+        barriers.fold((0, 0), |(n, p), b| {
+            let past: usize = b.past.iter().map(|(_, x)| x.len()).sum();
+            (n + 1, p + b.arrived.len() + past)
+        })
+    }
+
+    /// Every invariant, checked from scratch (tests).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let mut deletions = OrdSet::new();
+        for ((project, ns), barriers) in self.spaces.iter() {
+            if barriers.is_empty() {
+                return Err(format!("{project}/{ns}: an empty space is kept"));
+            }
+            for (name, b) in barriers.iter() {
+                if b.arrived.len() as u64 >= b.expected || b.expected == 0 {
+                    return Err(format!(
+                        "{name}: {} arrived of {} expected without a trip",
+                        b.arrived.len(),
+                        b.expected
+                    ));
+                }
+                let kept: Vec<u64> = b.past.iter().map(|(g, _)| *g).collect();
+                let first = b.generation.saturating_sub(kept.len() as u64);
+                let expected_kept: Vec<u64> = (first..b.generation).collect();
+                if kept != expected_kept || kept.len() > KEPT_PAST_GENERATIONS {
+                    return Err(format!(
+                        "{name}: past generations {kept:?} at {}",
+                        b.generation
+                    ));
+                }
+                deletions.insert(due(b.delete_at(), project, ns, name));
+            }
+        }
+        if deletions != self.deletions {
+            return Err("the deletion index does not match the barriers".into());
+        }
+        let counted = self.counted_usage();
+        if &counted != self.usage.0.totals() {
+            return Err(format!(
+                "usage kept {:?} != counted {counted:?}",
+                self.usage.0.totals()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an arrival found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrived {
+    /// Recorded (or already recorded); its generation is still open.
+    Open,
+    /// This arrival completed its generation.
+    Tripped,
+    /// A retry of an arrival whose generation has tripped since.
+    TrippedBefore,
+}
+
+/// An arrival on one barrier: the deletion time it moved away from (when it was activity)
+/// and what it found.
+fn arrive_at(
+    b: &mut Barrier,
+    project: &str,
+    a: Arrival<'_>,
+    usage: &mut ByteBudget,
+    t: Nanos,
+) -> Result<(Option<Nanos>, Arrived)> {
+    if a.expected_generation < b.generation {
+        let was_there = b
+            .participants(a.expected_generation)
+            .is_some_and(|p| p.contains_key(a.process_id));
+        if was_there {
+            return Ok((None, Arrived::TrippedBefore));
+        }
+        return Err(CoreError::invalid(
+            "expected_generation",
+            format!(
+                "generation {} has already tripped; the barrier is at generation {}",
+                a.expected_generation, b.generation
+            ),
+        ));
+    }
+    if a.expected_generation > b.generation {
+        return Err(CoreError::invalid(
+            "expected_generation",
+            format!("is ahead of the barrier's generation {}", b.generation),
+        ));
+    }
+    if b.arrived.contains_key(a.process_id) {
+        return Ok((None, Arrived::Open));
+    }
+    let bytes = participant_bytes(a.process_id, a.metadata);
+    usage.check_room(project, bytes, MAX_BARRIER_BYTES_PER_PROJECT, "barriers")?;
+    usage.charge(project, bytes);
+    let old_at = b.delete_at();
+    let participant = Participant {
+        arrived_at: t,
+        metadata: a.metadata.clone(),
+    };
+    b.arrived.insert(a.process_id.to_string(), participant);
+    b.last_activity_at = t;
+    if b.arrived.len() as u64 == b.expected {
+        usage.refund(project, b.trip());
+        return Ok((Some(old_at), Arrived::Tripped));
+    }
+    Ok((Some(old_at), Arrived::Open))
+}
