@@ -1,8 +1,10 @@
-//! [`WaiterBoard`]: wakes the calls whose hierarchical blocking acquire left its queue.
+//! [`WaiterBoard`]: wakes the calls whose blocking wait may have ended.
 //!
-//! A call waiting in a replicated queue registers its waiter id here; after each applied
-//! batch the state machine wrapper passes the ids the machine reports as resolved (granted,
-//! dropped, cancelled) and only those calls wake to read their outcome. Re-checking every
+//! A call waiting in a replicated queue (a lock or semaphore acquire) registers its waiter id
+//! here; a call waiting for a wait group or a barrier registers that object's topic. After
+//! each applied batch the state machine wrapper passes the ids and topics the machine reports
+//! (waiters granted, dropped or cancelled; groups finished, barriers tripped, either changed
+//! or deleted) and only those calls wake to look again. Re-checking every
 //! waiting call after every apply costs O(waiters) per entry, which with thousands of waits
 //! starved the node's runtime (heartbeats late, leadership lost).
 
@@ -11,10 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-/// Waiter id → the call waiting on it.
+/// Waiter id or topic → the calls waiting on it.
 #[derive(Debug, Default)]
 pub struct WaiterBoard {
-    calls: Mutex<HashMap<String, Arc<Notify>>>,
+    calls: Mutex<HashMap<String, Vec<Arc<Notify>>>>,
 }
 
 /// A registration; unregisters when dropped.
@@ -27,28 +29,34 @@ pub struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        // Only its own entry: a repeat of the same call (a forward sent again) may have
-        // registered the same waiter id since, and must keep its wake-ups.
+        // Only its own entry: another call (a repeat of a forward, or another observer of the
+        // same topic) may be registered under the same key and keeps its wake-ups.
         let mut calls = self.board.lock();
-        if calls
-            .get(&self.id)
-            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
-        {
-            calls.remove(&self.id);
+        if let Some(list) = calls.get_mut(&self.id) {
+            list.retain(|n| !Arc::ptr_eq(n, &self.notify));
+            if list.is_empty() {
+                calls.remove(&self.id);
+            }
         }
     }
 }
 
 impl WaiterBoard {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Arc<Notify>>>> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers the call waiting as `waiter_id`. Register before the first look at the
-    /// state: a resolution between that look and the wait then leaves a stored permit.
+    /// Registers a call waiting as `waiter_id` (or on a topic; many calls may share one).
+    /// Register before the first look at the state: a resolution between that look and the
+    /// wait then leaves a stored permit.
     pub fn register(&self, waiter_id: &str) -> Registration<'_> {
         let notify = Arc::new(Notify::new());
-        self.lock().insert(waiter_id.to_string(), notify.clone());
+        let mut calls = self.lock();
+        calls
+            .entry(waiter_id.to_string())
+            .or_default()
+            .push(notify.clone());
+        drop(calls);
         Registration {
             board: self,
             id: waiter_id.to_string(),
@@ -63,7 +71,7 @@ impl WaiterBoard {
         }
         let calls = self.lock();
         for id in ids {
-            if let Some(n) = calls.get(id) {
+            for n in calls.get(id).into_iter().flatten() {
                 n.notify_one();
             }
         }
@@ -71,14 +79,14 @@ impl WaiterBoard {
 
     /// Wakes every registered call (the whole state was replaced by a snapshot).
     pub fn all(&self) {
-        for n in self.lock().values() {
+        for n in self.lock().values().flatten() {
             n.notify_one();
         }
     }
 
     /// Calls registered now (metrics, tests).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().values().map(Vec::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -114,6 +122,15 @@ mod tests {
             .await
             .expect("the newer registration still wakes");
         drop(second);
+        // Every call on one topic wakes.
+        let watchers: Vec<_> = (0..3).map(|_| board.register("barrier/p/n/b")).collect();
+        board.resolved(&["barrier/p/n/b".to_string()]);
+        for w in &watchers {
+            tokio::time::timeout(Duration::from_secs(1), w.notify.notified())
+                .await
+                .expect("each watcher of the topic woke");
+        }
+        drop(watchers);
         board.all();
         tokio::time::timeout(Duration::from_secs(1), b.notify.notified())
             .await

@@ -238,6 +238,8 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "Semaphore holds (one per lease and semaphore).",
     ),
+    ("raftlock_wait_groups", Kind::Gauge, "Wait groups."),
+    ("raftlock_barriers", Kind::Gauge, "Barriers."),
     (
         "raftlock_waiters",
         Kind::Gauge,
@@ -391,6 +393,9 @@ pub fn refresh_gauges(node: &Node) {
     let queued = queued + semaphore_waiters;
     metrics::gauge!("raftlock_semaphores").set(semaphores as f64);
     metrics::gauge!("raftlock_semaphore_holds").set(semaphore_holds as f64);
+    let (wait_groups, _, barriers, _) = node.read_local(|sm, _| sm.coordination_totals());
+    metrics::gauge!("raftlock_wait_groups").set(wait_groups as f64);
+    metrics::gauge!("raftlock_barriers").set(barriers as f64);
     metrics::gauge!("raftlock_project_locks").set(locks as f64);
     metrics::gauge!("raftlock_namespaces").set(namespaces as f64);
     metrics::gauge!("raftlock_lock_leases").set(leases as f64);

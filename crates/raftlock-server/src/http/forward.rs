@@ -86,6 +86,16 @@ pub fn repeatable(method: &Method, path: &str) -> bool {
                 | "ListSemaphoreLeases"
                 | "RefreshSemaphoreLease"
                 | "AcquireSemaphore"
+                | "GetWaitGroup"
+                | "ListWaitGroups"
+                | "ListWaitGroupCompletedJobs"
+                | "WaitForWaitGroup"
+                | "CompleteJobsFromWaitGroup"
+                | "GetBarrier"
+                | "ListBarriers"
+                | "ListBarrierParticipants"
+                | "WaitAtBarrier"
+                | "ArriveAtBarrier"
         ),
         None => false,
     }
@@ -289,10 +299,17 @@ impl Call {
     }
 }
 
-/// `timeout_seconds` of an `AcquireLock` or `AcquireSemaphore` body (0 for any other request,
-/// or when absent).
+/// Methods that may block on the server for their body's `timeout_seconds`.
+const BLOCKING: &[&str] = &[
+    "/AcquireLock",
+    "/AcquireSemaphore",
+    "/WaitForWaitGroup",
+    "/WaitAtBarrier",
+];
+
+/// `timeout_seconds` of a blocking method's body (0 for any other request, or when absent).
 fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
-    if !(path.ends_with("/AcquireLock") || path.ends_with("/AcquireSemaphore")) {
+    if !BLOCKING.iter().any(|m| path.ends_with(m)) {
         return 0;
     }
     serde_json::from_slice::<serde_json::Value>(body)

@@ -91,6 +91,12 @@ pub fn remembers(method: &Method, path: &str) -> bool {
                 | "CreateSemaphoreLease"
                 | "RevokeSemaphoreLease"
                 | "ReleaseSemaphore"
+                | "CreateWaitGroup"
+                | "UpdateWaitGroup"
+                | "DeleteWaitGroup"
+                | "CreateBarrier"
+                | "UpdateBarrier"
+                | "DeleteBarrier"
         ),
         None => false,
     }
@@ -107,6 +113,8 @@ pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
             | HierOp::AcquireSemaphore { .. }
             | HierOp::CancelSemaphoreWait { .. }
             | HierOp::RefreshSemaphoreLease { .. }
+            | HierOp::CompleteJobs { .. }
+            | HierOp::ArriveAtBarrier { .. }
     )
 }
 

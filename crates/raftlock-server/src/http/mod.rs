@@ -8,6 +8,7 @@
 //! ## Layout
 //! - [`locks`]: the project-lock routes; [`rpc`]: the hierarchical-lock methods (and the
 //!   dispatch of every `/v1beta` method); [`semaphores`]: the semaphore methods;
+//!   [`coordination`]: the wait-group and barrier methods;
 //!   [`admin`]: projects, keys, membership, cluster views, backups; [`console`]: `/ui/`.
 //! - [`auth`]: credentials (platform token, project keys, peers) and rate counting.
 //! - [`forward`]: sending a request to the leader within its one deadline.
@@ -21,6 +22,7 @@ pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod console;
+pub mod coordination;
 pub mod errors;
 pub mod forward;
 pub mod idempotency;

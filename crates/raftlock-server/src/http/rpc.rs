@@ -114,6 +114,22 @@ async fn dispatch(
         "RefreshSemaphoreLease" => reply(call.refresh_semaphore_lease(parse(&bytes)?).await?),
         "RevokeSemaphoreLease" => reply(call.revoke_semaphore_lease(parse(&bytes)?).await?),
         "ListSemaphoreLeases" => reply(call.list_semaphore_leases(parse(&bytes)?).await?),
+        "CreateWaitGroup" => reply(call.create_wait_group(parse(&bytes)?).await?),
+        "GetWaitGroup" => reply(call.get_wait_group(parse(&bytes)?).await?),
+        "UpdateWaitGroup" => reply(call.update_wait_group(parse(&bytes)?).await?),
+        "DeleteWaitGroup" => reply(call.delete_wait_group(parse(&bytes)?).await?),
+        "ListWaitGroups" => reply(call.list_wait_groups(parse(&bytes)?).await?),
+        "CompleteJobsFromWaitGroup" => reply(call.complete_jobs(parse(&bytes)?).await?),
+        "ListWaitGroupCompletedJobs" => reply(call.list_completed_jobs(parse(&bytes)?).await?),
+        "WaitForWaitGroup" => reply(call.wait_for_wait_group(parse(&bytes)?).await?),
+        "CreateBarrier" => reply(call.create_barrier(parse(&bytes)?).await?),
+        "GetBarrier" => reply(call.get_barrier(parse(&bytes)?).await?),
+        "UpdateBarrier" => reply(call.update_barrier(parse(&bytes)?).await?),
+        "DeleteBarrier" => reply(call.delete_barrier(parse(&bytes)?).await?),
+        "ListBarriers" => reply(call.list_barriers(parse(&bytes)?).await?),
+        "ArriveAtBarrier" => reply(call.arrive_at_barrier(parse(&bytes)?).await?),
+        "WaitAtBarrier" => reply(call.wait_at_barrier(parse(&bytes)?).await?),
+        "ListBarrierParticipants" => reply(call.list_barrier_participants(parse(&bytes)?).await?),
         // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
         // found". (`METHODS` lists the arms above; the OpenAPI drift test checks they agree.)
         other => {
@@ -496,11 +512,12 @@ impl Call {
         let registration = self.node.waiters.register(waiter_id);
         let mut server = self.node.raft.server_metrics();
         loop {
-            match self.node.read_local(&look).map_err(core)? {
-                Look::Queued => {}
+            let recheck = match self.node.read_local(&look).map_err(core)? {
+                Look::Queued => WAIT_SAFETY_POLL,
+                Look::QueuedFor(at_most) => at_most.min(WAIT_SAFETY_POLL),
                 Look::Granted(answer) => return Ok(Some(answer)),
                 Look::Dropped => return Ok(None),
-            }
+            };
             if !self.node.is_leader() {
                 // A deposed leader's applied state stops moving: answer 503 now, so the
                 // forwarding follower (or the client) goes on with the new leader, where the
@@ -514,7 +531,7 @@ impl Call {
                         return Err(ApiError::unavailable(D, "raft stopped while waiting"));
                     }
                 }
-                _ = tokio::time::sleep(WAIT_SAFETY_POLL) => {}
+                _ = tokio::time::sleep(recheck) => {}
                 _ = tokio::time::sleep_until(deadline) => return Ok(None),
                 // Answered (and its waiter cancelled by the guard) rather than cut at exit.
                 _ = self.node.stopped() => {
@@ -525,9 +542,13 @@ impl Call {
     }
 }
 
-/// Where a queued acquire stands on the applied state.
+/// Where a waiting call stands on the applied state.
 pub(super) enum Look<T> {
+    /// Still waiting.
     Queued,
+    /// Still waiting, but look again after at most this long even without a wake-up (a
+    /// wait group expires at its `expires_at`, which no apply announces).
+    QueuedFor(Duration),
     /// Granted, with the answer the waiting call gives.
     Granted(T),
     /// Left the queue ungranted (cancelled, past its deadline, or could never be granted).

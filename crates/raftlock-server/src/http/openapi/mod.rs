@@ -16,7 +16,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use raftlock_api::{admin, errors, hierarchy, locks, semaphores};
+use raftlock_api::{admin, barriers, errors, hierarchy, locks, semaphores, wait_groups};
 use serde_json::Value;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{
@@ -101,6 +101,29 @@ pub fn document_json() -> String {
     semaphores::AcquireSemaphoreResponse,
     semaphores::ListSemaphoresResponse,
     semaphores::ListSemaphoreHoldersResponse,
+    wait_groups::CreateWaitGroupRequest,
+    wait_groups::WaitGroupRequest,
+    wait_groups::UpdateWaitGroupRequest,
+    wait_groups::ListWaitGroupsRequest,
+    wait_groups::CompleteJobsFromWaitGroupRequest,
+    wait_groups::ListWaitGroupCompletedJobsRequest,
+    wait_groups::WaitForWaitGroupRequest,
+    wait_groups::WaitGroupResponse,
+    wait_groups::WaitForWaitGroupResponse,
+    wait_groups::ListWaitGroupsResponse,
+    wait_groups::ListWaitGroupCompletedJobsResponse,
+    barriers::CreateBarrierRequest,
+    barriers::BarrierRequest,
+    barriers::UpdateBarrierRequest,
+    barriers::ListBarriersRequest,
+    barriers::ArriveAtBarrierRequest,
+    barriers::WaitAtBarrierRequest,
+    barriers::ListBarrierParticipantsRequest,
+    barriers::BarrierResponse,
+    barriers::ArriveAtBarrierResponse,
+    barriers::WaitAtBarrierResponse,
+    barriers::ListBarriersResponse,
+    barriers::ListBarrierParticipantsResponse,
     admin::Project,
     admin::ProjectList,
     admin::NewProjectRequest,

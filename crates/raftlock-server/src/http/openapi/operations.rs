@@ -287,6 +287,102 @@ pub(super) const RPC: &[(&str, &str, &str, &str)] = &[
         "ListLockLeasesResponse",
         "List semaphore leases",
     ),
+    (
+        "CreateWaitGroup",
+        "CreateWaitGroupRequest",
+        "WaitGroupResponse",
+        "Create a wait group for `counter` jobs (`already_exists` on a duplicate)",
+    ),
+    (
+        "GetWaitGroup",
+        "WaitGroupRequest",
+        "WaitGroupResponse",
+        "Get a wait group",
+    ),
+    (
+        "UpdateWaitGroup",
+        "UpdateWaitGroupRequest",
+        "WaitGroupResponse",
+        "Replace an active wait group's fields (counter not below completed_jobs)",
+    ),
+    (
+        "DeleteWaitGroup",
+        "WaitGroupRequest",
+        "EmptyResponse",
+        "Delete a wait group and its jobs (absent: no error)",
+    ),
+    (
+        "ListWaitGroups",
+        "ListWaitGroupsRequest",
+        "ListWaitGroupsResponse",
+        "List wait groups",
+    ),
+    (
+        "CompleteJobsFromWaitGroup",
+        "CompleteJobsFromWaitGroupRequest",
+        "WaitGroupResponse",
+        "Report jobs complete (idempotent per job_id; never above counter)",
+    ),
+    (
+        "ListWaitGroupCompletedJobs",
+        "ListWaitGroupCompletedJobsRequest",
+        "ListWaitGroupCompletedJobsResponse",
+        "List a wait group's completed jobs",
+    ),
+    (
+        "WaitForWaitGroup",
+        "WaitForWaitGroupRequest",
+        "WaitForWaitGroupResponse",
+        "Wait up to timeout_seconds for a wait group to complete or expire",
+    ),
+    (
+        "CreateBarrier",
+        "CreateBarrierRequest",
+        "BarrierResponse",
+        "Create a barrier for `expected_processes` (`already_exists` on a duplicate)",
+    ),
+    (
+        "GetBarrier",
+        "BarrierRequest",
+        "BarrierResponse",
+        "Get a barrier",
+    ),
+    (
+        "UpdateBarrier",
+        "UpdateBarrierRequest",
+        "BarrierResponse",
+        "Replace a barrier's fields (lowering expected_processes to the arrived trips it)",
+    ),
+    (
+        "DeleteBarrier",
+        "BarrierRequest",
+        "EmptyResponse",
+        "Delete a barrier (absent: no error)",
+    ),
+    (
+        "ListBarriers",
+        "ListBarriersRequest",
+        "ListBarriersResponse",
+        "List barriers",
+    ),
+    (
+        "ArriveAtBarrier",
+        "ArriveAtBarrierRequest",
+        "ArriveAtBarrierResponse",
+        "Arrive at a barrier's generation (idempotent per process); answers at once",
+    ),
+    (
+        "WaitAtBarrier",
+        "WaitAtBarrierRequest",
+        "WaitAtBarrierResponse",
+        "Wait up to timeout_seconds for a barrier generation to trip",
+    ),
+    (
+        "ListBarrierParticipants",
+        "ListBarrierParticipantsRequest",
+        "ListBarrierParticipantsResponse",
+        "List the processes that arrived in one generation",
+    ),
 ];
 
 /// An example body, from its message type (so it cannot drift from the schema).
@@ -439,6 +535,118 @@ fn semaphore_example(method: &str) -> Value {
         "ListSemaphoreLeases" => example(&ListLockLeasesRequest {
             namespace_name: ns(),
             process_id: String::new(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        other => coordination_example(other),
+    }
+}
+
+/// The example request of a wait-group or barrier method.
+fn coordination_example(method: &str) -> Value {
+    use raftlock_api::barriers::*;
+    use raftlock_api::wait_groups::*;
+    let ns = || "pipelines".to_string();
+    let group = || "batch_2026_06_12".to_string();
+    let barrier = || "phase_1_complete".to_string();
+    let meta = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
+    match method {
+        "CreateWaitGroup" => example(&CreateWaitGroupRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+            description: "Daily ETL batch".into(),
+            counter: 100,
+            expires_at: 1_718_236_800_000_000_000,
+            delete_after_finished_seconds: 3600,
+            metadata: meta("pipeline", "etl-daily"),
+        }),
+        "GetWaitGroup" | "DeleteWaitGroup" => example(&WaitGroupRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+        }),
+        "UpdateWaitGroup" => example(&UpdateWaitGroupRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+            description: "Daily ETL batch (extended)".into(),
+            counter: 110,
+            expires_at: 1_718_323_200_000_000_000,
+            delete_after_finished_seconds: 3600,
+            metadata: Default::default(),
+            expected_version: Some(1),
+        }),
+        "ListWaitGroups" => example(&ListWaitGroupsRequest {
+            namespace_name: ns(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "CompleteJobsFromWaitGroup" => example(&CompleteJobsFromWaitGroupRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+            jobs: vec![
+                JobReport {
+                    job_id: "shard-0".into(),
+                    metadata: meta("worker", "worker-7"),
+                },
+                JobReport {
+                    job_id: "shard-1".into(),
+                    metadata: Default::default(),
+                },
+            ],
+        }),
+        "ListWaitGroupCompletedJobs" => example(&ListWaitGroupCompletedJobsRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "WaitForWaitGroup" => example(&WaitForWaitGroupRequest {
+            namespace_name: ns(),
+            wait_group_name: group(),
+            timeout_seconds: 30,
+        }),
+        "CreateBarrier" => example(&CreateBarrierRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+            description: "End of map phase".into(),
+            expected_processes: 4,
+            delete_inactive_after_seconds: 3600,
+            metadata: meta("phase", "map"),
+        }),
+        "GetBarrier" | "DeleteBarrier" => example(&BarrierRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+        }),
+        "UpdateBarrier" => example(&UpdateBarrierRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+            description: "End of map phase".into(),
+            expected_processes: 3,
+            delete_inactive_after_seconds: 3600,
+            metadata: Default::default(),
+            expected_version: Some(1),
+        }),
+        "ListBarriers" => example(&ListBarriersRequest {
+            namespace_name: ns(),
+            limit: 100,
+            pagination_token: String::new(),
+        }),
+        "ArriveAtBarrier" => example(&ArriveAtBarrierRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+            process_id: "shard-0".into(),
+            expected_generation: 1,
+            metadata: meta("host", "node-1"),
+        }),
+        "WaitAtBarrier" => example(&WaitAtBarrierRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+            expected_generation: 1,
+            timeout_seconds: 30,
+        }),
+        "ListBarrierParticipants" => example(&ListBarrierParticipantsRequest {
+            namespace_name: ns(),
+            barrier_name: barrier(),
+            generation: 1,
             limit: 100,
             pagination_token: String::new(),
         }),
