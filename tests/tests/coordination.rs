@@ -485,9 +485,11 @@ async fn a_barrier_wait_survives_a_leader_kill() -> anyhow::Result<()> {
     arrive(&api, "phase", "a", 1).await?;
     let api_w = api.clone();
     let waiting = tokio::spawn(async move { wait_at(&api_w, "phase", 1, 30).await });
-    raftlock_tests::eventually(Duration::from_secs(5), "the wait to reach the leader", || async {
-        (cluster.metric(leader, "raftlock_waiters").await? == 1.0).then_some(())
-    })
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the wait to reach the leader",
+        || async { (cluster.metric(leader, "raftlock_waiters").await? == 1.0).then_some(()) },
+    )
     .await?;
     cluster.kill(leader);
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
@@ -500,5 +502,100 @@ async fn a_barrier_wait_survives_a_leader_kill() -> anyhow::Result<()> {
     let r = waiting.await??;
     assert_eq!(r["outcome"], "BARRIER_WAIT_OUTCOME_TRIPPED", "{r}");
     assert_eq!(r["barrier"]["generation"], 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sdk_and_the_cli_drive_a_wait_group_and_a_barrier() -> anyhow::Result<()> {
+    use raftlock_client::{Client, JobReport, WaitGroupStatus};
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("sdk", "service_role", &[]).await?;
+    let endpoints: Vec<String> = cluster.ids().iter().map(|id| cluster.addr(*id)).collect();
+    let client = Client::new(endpoints.clone(), key.clone())?;
+    client.create_namespace(NS, "", Default::default()).await?;
+    let cli = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(raftlock_tests::binary());
+        cmd.env("RAFTLOCK_ENDPOINTS", endpoints.join(","))
+            .env("RAFTLOCK_KEY", &key)
+            .env_remove("RAFTLOCK_PLATFORM_TOKEN")
+            .args(args)
+            .kill_on_drop(true);
+        cmd
+    };
+
+    let status = cli(&["wg", "create", NS, "batch", "--counter", "2"])
+        .status()
+        .await?;
+    assert!(status.success());
+    let mut waiting = cli(&["wg", "wait", NS, "batch", "--timeout", "30"]).spawn()?;
+    let job = |id: &str| JobReport {
+        job_id: id.into(),
+        metadata: Default::default(),
+    };
+    let g = client.complete_jobs(NS, "batch", vec![job("a")]).await?;
+    assert_eq!(g.status, WaitGroupStatus::Active);
+    let g = client
+        .complete_jobs(NS, "batch", vec![job("a"), job("b")])
+        .await?;
+    assert_eq!(
+        (g.status, g.completed_jobs),
+        (WaitGroupStatus::Completed, 2)
+    );
+    assert_eq!(
+        waiting.wait().await?.code(),
+        Some(0),
+        "the CLI's wait ends with the group"
+    );
+    let jobs = client
+        .list_completed_jobs(NS, "batch", &Default::default())
+        .await?;
+    assert_eq!(jobs.items.len(), 2);
+
+    let status = cli(&["barrier", "create", NS, "phase", "--expected", "2"])
+        .status()
+        .await?;
+    assert!(status.success());
+    let mut arriving = cli(&[
+        "barrier",
+        "arrive",
+        NS,
+        "phase",
+        "--process-id",
+        "a",
+        "--wait",
+        "30",
+    ])
+    .spawn()?;
+    raftlock_tests::eventually(Duration::from_secs(10), "the CLI's arrival", || async {
+        let b = client.get_barrier(NS, "phase").await.ok()?;
+        (b.arrived_processes == 1).then_some(())
+    })
+    .await?;
+    let r = client
+        .arrive_at_barrier(NS, "phase", "b", 1, Default::default())
+        .await?;
+    assert!(r.all_arrived);
+    assert_eq!(
+        arriving.wait().await?.code(),
+        Some(0),
+        "the CLI's wait ends with the trip"
+    );
+    let r = client
+        .wait_at_barrier(NS, "phase", 1, Duration::from_secs(5))
+        .await?;
+    assert_eq!(r.outcome, raftlock_client::BarrierWaitOutcome::Tripped);
+    let status = cli(&[
+        "barrier",
+        "wait",
+        NS,
+        "phase",
+        "--generation",
+        "2",
+        "--timeout",
+        "1",
+    ])
+    .status()
+    .await?;
+    assert_eq!(status.code(), Some(75), "generation 2 does not trip");
     Ok(())
 }

@@ -40,6 +40,8 @@
 //!   are `raftlock-api`'s, re-exported.
 //! - [`semaphores`]: semaphore and semaphore-lease calls (all-or-none weights, FIFO waits,
 //!   a fencing token per hold).
+//! - [`coordination`]: wait-group and barrier calls (report jobs, wait for a group; arrive,
+//!   wait at a barrier).
 //! - [`keeper`]: [`LeaseKeeper`] (a hierarchical lease refreshed in the background) and
 //!   [`HierLockGuard`] (one hierarchical lock under it).
 //! - [`election`]: [`Election`] — campaign, resign, observe the current leader's term.
@@ -50,6 +52,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod coordination;
 pub mod election;
 pub mod error;
 pub mod guard;
@@ -61,6 +64,9 @@ pub mod semaphores;
 pub mod transport;
 
 pub use admin::{ClusterStatus, ClusterView, KeyKind, NewKey, Project, ProjectUpdate};
+pub use coordination::{
+    Barrier, BarrierWaitOutcome, JobReport, WaitGroup, WaitGroupStatus, WaitGroupWaitOutcome,
+};
 pub use election::{Election, Leadership, Term};
 pub use error::{ApiError, Error, Result};
 pub use guard::{Contention, HeldLock, Hold, LockGuard, LockOptions, LossReason, WithLock};

@@ -1,5 +1,5 @@
 //! The client half of the `raftlock` binary: lock, namespace, lease, hierarchical-lock,
-//! semaphore, admin and cluster commands, built on `raftlock-client`.
+//! semaphore, wait-group, barrier, admin and cluster commands, built on `raftlock-client`.
 //!
 //! Conventions shared by every command:
 //! * Endpoints and credentials come from `--endpoints` / `--key` / `--platform-token` or
@@ -15,10 +15,12 @@
 //! - [`lock`]: `raftlock lock …` (project locks), including `lock run`.
 //! - [`hier`]: `raftlock ns|lease|hlock …` (hierarchical locks).
 //! - [`sem`]: `raftlock sem …` (semaphores and semaphore leases).
+//! - [`coord`]: `raftlock wg …` (wait groups) and `raftlock barrier …` (barriers).
 //! - [`admin`]: `raftlock admin project|key …` and `raftlock cluster status`.
 //! - [`snapshot`]: `raftlock snapshot save|inspect|restore` (backups).
 
 pub mod admin;
+pub mod coord;
 pub mod hier;
 pub mod lock;
 pub mod sem;
@@ -51,6 +53,10 @@ pub enum ClientCommand {
     Hlock(hier::HlockArgs),
     /// Semaphores and semaphore leases.
     Sem(sem::SemArgs),
+    /// Wait groups: report jobs, wait for completion.
+    Wg(coord::WgArgs),
+    /// Barriers: arrive, wait for the trip.
+    Barrier(coord::BarrierArgs),
     /// Admin API: projects and keys (platform token).
     Admin(admin::AdminArgs),
     /// Cluster status: members, leader, term, indexes, health (platform token).
@@ -213,6 +219,8 @@ pub async fn run(cmd: ClientCommand) -> i32 {
         ClientCommand::Lease(a) => hier::lease(a).await,
         ClientCommand::Hlock(a) => hier::hlock(a).await,
         ClientCommand::Sem(a) => sem::sem(a).await,
+        ClientCommand::Wg(a) => coord::wg(a).await,
+        ClientCommand::Barrier(a) => coord::barrier(a).await,
         ClientCommand::Admin(a) => admin::admin(a).await,
         ClientCommand::Cluster(a) => admin::cluster(a).await,
         ClientCommand::Snapshot(a) => snapshot::run(a).await,
