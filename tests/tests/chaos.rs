@@ -1,6 +1,7 @@
 //! Chaos: kill, pause, partition and skew a live 3-node cluster under load and check the
 //! recorded history (mutual exclusion, fencing, durability, liveness, 503 without quorum,
-//! linearizability of one key, a semaphore's permits never exceeded at one real instant). See `raftlock_tests::chaos`.
+//! linearizability of one key, a semaphore's permits never exceeded at one real instant, a
+//! barrier never released and a wait group never completed before all were in). See `raftlock_tests::chaos`.
 //!
 //! - `chaos_short` runs in `make test` (about two minutes; every fault kind at least once).
 //!   `CHAOS_DURATION_SECS=600` turns it into the long run.

@@ -15,6 +15,8 @@
 //! - [`workload`]: the workers (project locks, hierarchical locks, semaphores, the
 //!   linearizability key);
 //! - [`faults`]: the fault kinds, the plan's driver (inject, heal, probe) and the summary;
+//! - [`coordination`]: the barrier parties and wait-group rounds, and their checks (never
+//!   released or completed early);
 //! - [`checks`]: the recorded history and the checkers (exclusion, fencing, the fenced
 //!   resource, hierarchical conflicts, semaphore permits at every instant) with their unit
 //!   tests.
@@ -23,7 +25,7 @@
 //! The seed is printed first; `CHAOS_SEED=<seed>` replays the same fault plan (and the same
 //! per-worker random choices; the interleaving with real processes is not reproducible).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,10 +143,12 @@ impl Clock {
 }
 
 mod checks;
+mod coordination;
 mod faults;
 mod workload;
 
 pub use checks::*;
+pub use coordination::*;
 pub use faults::*;
 use workload::*;
 
@@ -199,6 +203,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     let body = json!({ "namespace_name": NAMESPACE, "semaphore_name": SEMAPHORE, "permits": SEMAPHORE_PERMITS });
     let sem = apis[0].rpc("CreateSemaphore", body).await?;
     anyhow::ensure!(sem.status == 200, "CreateSemaphore: {sem:?}");
+    create_barrier(&apis[0]).await?;
     let sh = Arc::new(Shared {
         clock: Clock::new(),
         apis,
@@ -208,6 +213,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         writes: Mutex::default(),
         holds5: Mutex::default(),
         semaphore_holds: Mutex::default(),
+        coordination: Mutex::default(),
         resource: Mutex::default(),
         counters: Counters::default(),
         successes: Mutex::default(),
@@ -227,6 +233,10 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     for w in 0..cfg.semaphore_workers {
         workers.push(tokio::spawn(semaphore_worker(sh.clone(), w, seeder.gen())));
     }
+    for w in 0..BARRIER_PARTIES {
+        workers.push(tokio::spawn(barrier_worker(sh.clone(), w, seeder.gen())));
+    }
+    workers.push(tokio::spawn(wait_group_rounds(sh.clone(), seeder.gen())));
     for w in 0..cfg.lin_workers {
         workers.push(tokio::spawn(lin_worker(sh.clone(), w, seeder.gen())));
     }
@@ -286,6 +296,9 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     found.extend(check_writes(&sh.resource.lock().unwrap(), &writes));
     found.extend(check_hierarchy(&holds5));
     found.extend(check_semaphore(&semaphore_holds, SEMAPHORE_PERMITS));
+    let coordination = std::mem::take(&mut *sh.coordination.lock().unwrap());
+    found.extend(check_barrier(&coordination, BARRIER_PARTIES));
+    found.extend(check_wait_groups(&coordination, WAIT_GROUP_COUNTER));
     for v in found {
         sh.violation(v);
     }
@@ -329,8 +342,8 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let res = sh.resource.lock().unwrap();
     d.summary.detail = format!(
-        "project-lock acquired {} / held {} / released {}; hierarchical acquired {} / contended {} / released {} / leases {}; semaphore acquired {} / contended {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked project-lock {} hierarchical {} semaphore {}",
-        ld(&c.acquired), ld(&c.contended), ld(&c.released), ld(&c.hier_acquired), ld(&c.hier_contended), ld(&c.hier_released), ld(&c.hier_leases), ld(&c.sem_acquired), ld(&c.sem_contended), ld(&c.lin_ops), ld(&c.probes), ld(&c.unknown), ld(&c.other), res.accepted.len(), res.rejected, holds4.len(), holds5.len(), semaphore_holds.len()
+        "project-lock acquired {} / held {} / released {}; hierarchical acquired {} / contended {} / released {} / leases {}; semaphore acquired {} / contended {}; barrier trips seen {} (generations {}); wait-group jobs {} / groups completed {}; linearizability-key calls {}; probes {}; unknown outcome {}; other 4xx {}; resource writes accepted {} rejected {}; holds checked project-lock {} hierarchical {} semaphore {}",
+        ld(&c.acquired), ld(&c.contended), ld(&c.released), ld(&c.hier_acquired), ld(&c.hier_contended), ld(&c.hier_released), ld(&c.hier_leases), ld(&c.sem_acquired), ld(&c.sem_contended), ld(&c.barrier_trips), coordination.releases.iter().map(|r| r.generation).max().unwrap_or(0), ld(&c.jobs_reported), ld(&c.wait_groups_completed), ld(&c.lin_ops), ld(&c.probes), ld(&c.unknown), ld(&c.other), res.accepted.len(), res.rejected, holds4.len(), holds5.len(), semaphore_holds.len()
     );
     drop(res);
     d.summary.operations = c.total();

@@ -17,6 +17,9 @@ pub struct Counters {
     pub hier_leases: AtomicU64,
     pub sem_acquired: AtomicU64,
     pub sem_contended: AtomicU64,
+    pub barrier_trips: AtomicU64,
+    pub jobs_reported: AtomicU64,
+    pub wait_groups_completed: AtomicU64,
     pub lin_ops: AtomicU64,
     pub probes: AtomicU64,
 }
@@ -35,6 +38,9 @@ impl Counters {
             &self.hier_leases,
             &self.sem_acquired,
             &self.sem_contended,
+            &self.barrier_trips,
+            &self.jobs_reported,
+            &self.wait_groups_completed,
             &self.lin_ops,
             &self.probes,
         ]
@@ -60,6 +66,7 @@ pub(super) struct Shared {
     pub(super) writes: Mutex<Vec<Write>>,
     pub(super) holds5: Mutex<Vec<Hold5>>,
     pub(super) semaphore_holds: Mutex<Vec<SemaphoreHold>>,
+    pub(super) coordination: Mutex<CoordinationHistory>,
     pub(super) resource: Mutex<Resource>,
     pub(super) counters: Counters,
     pub(super) successes: Mutex<Vec<i64>>,
@@ -82,10 +89,10 @@ impl Shared {
     pub(super) fn api(&self, rng: &mut StdRng) -> &Locks {
         &self.apis[rng.gen_range(0..self.apis.len())]
     }
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
-    fn success(&self) {
+    pub(super) fn success(&self) {
         let now = self.clock.now();
         self.successes.lock().unwrap().push(now);
     }
