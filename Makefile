@@ -9,7 +9,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-core soak clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-primitives bench-core soak clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -70,6 +70,9 @@ bench:
 
 soak:
 	./crates/raftlock-bench/soak.sh
+
+bench-primitives:
+	./crates/raftlock-bench/primitives.sh
 
 bench-core:
 	$(CARGO) bench -p raftlock-core

@@ -6,8 +6,11 @@
 //! - `report`: turns the results into the table of `docs/benchmarks.md` and an SVG plot.
 //! - `stall`: latency of a steady load while snapshots of many held locks are built.
 //! - `soak`: a fixed-rate mixed load for many minutes, reported minute by minute (`make soak`).
+//! - `primitives`: a hot semaphore, wait-group job completions and a 16-party barrier
+//!   (`make bench-primitives`).
 
 mod conn;
+mod primitives;
 mod report;
 mod soak;
 mod stall;
@@ -117,6 +120,23 @@ enum Cmd {
         #[arg(long)]
         md: Option<PathBuf>,
     },
+    /// Grackle's other primitives: a hot semaphore, wait-group job completions, a 16-party
+    /// barrier; prints a markdown table.
+    Primitives {
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        platform_token: String,
+        /// Measured seconds per semaphore and wait-group line.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Barrier rounds.
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        /// Write the table here too.
+        #[arg(long)]
+        md: Option<PathBuf>,
+    },
     Report {
         #[arg(long)]
         results: PathBuf,
@@ -157,6 +177,10 @@ fn unix_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs()
+}
+
+fn setup_conn(s: &primitives::Setup) -> conn::Conn {
+    conn::Conn::new(&s.leader, Some(&s.key))
 }
 
 async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
@@ -231,6 +255,42 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                         writeln!(f, "{}", serde_json::to_string(&cell)?)?;
                     }
                 }
+            }
+            Ok(())
+        }
+        Cmd::Primitives {
+            endpoints,
+            platform_token,
+            seconds,
+            rounds,
+            md,
+        } => {
+            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
+            let run = format!("prims-{}", unix_secs());
+            let key = raftlock_project(&leader, &platform_token, &run).await?;
+            let setup = primitives::Setup {
+                leader,
+                key,
+                namespace: run,
+                seconds,
+            };
+            let mut c = setup_conn(&setup);
+            systems::hier_namespace(&mut c, &setup.namespace).await?;
+            let mut lines = Vec::new();
+            for (permits, clients) in [(8, 8), (8, 64)] {
+                lines.push(primitives::hot_semaphore(&setup, permits, clients).await?);
+                eprintln!("{}", lines.last().unwrap().row());
+            }
+            for clients in [1, 64] {
+                lines.push(primitives::wait_group_jobs(&setup, clients).await?);
+                eprintln!("{}", lines.last().unwrap().row());
+            }
+            lines.push(primitives::barrier_rounds(&setup, 16, rounds).await?);
+            eprintln!("{}", lines.last().unwrap().row());
+            let table = primitives::table(&lines);
+            print!("{table}");
+            if let Some(path) = md {
+                std::fs::write(&path, &table)?;
             }
             Ok(())
         }
