@@ -267,6 +267,60 @@ async fn the_console_shows_locks_force_releases_one_and_follows_a_new_leader() -
         },
     )
     .await?;
+    // Semaphores, wait groups and barriers of the namespace show up with their counts.
+    let far = ((raftlock_tests::unix_now() + 3600.0) * 1e9) as i64;
+    for (method, body) in [
+        (
+            "CreateSemaphore",
+            json!({ "namespace_name": "Reports", "semaphore_name": "smtp", "permits": 4 }),
+        ),
+        (
+            "CreateWaitGroup",
+            json!({ "namespace_name": "Reports", "wait_group_name": "nightly", "counter": 12, "expires_at": far, "delete_after_finished_seconds": 600 }),
+        ),
+        (
+            "CompleteJobsFromWaitGroup",
+            json!({ "namespace_name": "Reports", "wait_group_name": "nightly", "jobs": [{ "job_id": "a" }, { "job_id": "b" }] }),
+        ),
+        (
+            "CreateBarrier",
+            json!({ "namespace_name": "Reports", "barrier_name": "phase", "expected_processes": 5, "delete_inactive_after_seconds": 600 }),
+        ),
+        (
+            "ArriveAtBarrier",
+            json!({ "namespace_name": "Reports", "barrier_name": "phase", "process_id": "p1", "expected_generation": 1 }),
+        ),
+    ] {
+        let r = locks.rpc(method, body).await?;
+        assert_eq!(r.status, 200, "{method}: {r:?}");
+    }
+    let sem_lease = locks
+        .rpc(
+            "CreateSemaphoreLease",
+            json!({ "namespace_name": "Reports", "process_id": "mailer", "ttl_seconds": 120 }),
+        )
+        .await?;
+    let sem_lease = sem_lease.body["lease"]["lease_id"]
+        .as_str()
+        .context("lease id")?
+        .to_string();
+    let got = locks
+        .rpc("AcquireSemaphore", json!({ "namespace_name": "Reports", "semaphore_name": "smtp", "lease_id": sem_lease, "weight": 3 }))
+        .await?;
+    assert_eq!(got.body["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{got:?}");
+    eventually(
+        Duration::from_secs(10),
+        "the primitives on the page",
+        || async {
+            let page = browser.text().await.ok()?;
+            (page.contains("smtp")
+                && page.contains("3 / 4")
+                && page.contains("2 / 12")
+                && page.contains("1 / 5"))
+            .then_some(())
+        },
+    )
+    .await?;
     let shot = browser.screenshot().await?;
     assert!(shot.starts_with(b"\x89PNG"), "a PNG screenshot");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/console.png");

@@ -110,10 +110,13 @@ async function showHierarchy(key) {
     const spaces = (await rpc("ListNamespaces", { limit: 250 }, key)).namespaces || [];
     $("hier-status").textContent = spaces.length + " namespace(s)";
     const blocks = await Promise.all(spaces.map(async (ns) => {
-      const [locks, leases, waiting] = await Promise.all([
+      const [locks, leases, waiting, sems, groups, barriers] = await Promise.all([
         rpc("ListLocks", { namespace_name: ns.name, limit: 250 }, key),
         rpc("ListLockLeases", { namespace_name: ns.name, limit: 250 }, key),
         rpc("ListWaiters", { namespace_name: ns.name }, key),
+        rpc("ListSemaphores", { namespace_name: ns.name, limit: 250 }, key),
+        rpc("ListWaitGroups", { namespace_name: ns.name, limit: 250 }, key),
+        rpc("ListBarriers", { namespace_name: ns.name, limit: 250 }, key),
       ]);
       // Maps, not plain objects: a lock may be named `constructor` or `__proto__`.
       const queues = new Map();
@@ -140,12 +143,33 @@ async function showHierarchy(key) {
         l.lease_id, l.process_id, when(l.expires_at),
       ]));
       div.appendChild(et);
+      appendPrimitives(div, sems, groups, barriers);
       return div;
     }));
     $("namespaces").replaceChildren(...blocks);
   } catch (e) {
     $("hier-status").textContent = "hierarchical locks: " + e.message;
   }
+}
+
+// Semaphores, wait groups and barriers of a namespace, one table each (only when present).
+function appendPrimitives(div, sems, groups, barriers) {
+  const add = (headers, rows) => {
+    if (!rows.length) return;
+    const t = document.createElement("table");
+    table(t, headers, rows);
+    div.appendChild(t);
+  };
+  add(["semaphore", "held / permits", "holders"], (sems.semaphores || []).map((s) => [
+    s.name, s.active_holds + " / " + s.permits, String(s.active_holders_count),
+  ]));
+  add(["wait group", "status", "jobs done / counter", "expires at"], (groups.wait_groups || []).map((g) => [
+    g.name, g.status.replace("WAIT_GROUP_STATUS_", "").toLowerCase(),
+    g.completed_jobs + " / " + g.counter, when(g.expires_at),
+  ]));
+  add(["barrier", "generation", "arrived / expected"], (barriers.barriers || []).map((b) => [
+    b.name, String(b.generation), b.arrived_processes + " / " + b.expected_processes,
+  ]));
 }
 
 let busy = false;
