@@ -137,7 +137,7 @@ pub struct Lock {
     pub locked_at: i64,
     /// Last acquire or release.
     pub last_activity_at: i64,
-    /// Current holders.
+    /// Current holders, in arrival order.
     pub lock_holders: Vec<LockHolder>,
 }
 

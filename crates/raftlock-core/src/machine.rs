@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::barriers::{Arrival, BarrierSpec, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
-use crate::hierarchy::{Hierarchy, Quotas};
+use crate::hierarchy::{Hierarchy, HierarchyV2, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
@@ -46,7 +46,7 @@ pub struct StateMachine {
 }
 
 /// [`StateMachine`] as snapshot format 2 laid it out (before semaphores, wait groups and
-/// barriers), so a node upgraded
+/// barriers, and before lock holders kept their arrival order), so a node upgraded
 /// from that release can read its snapshot. Field order is the encoding: do not change it.
 #[derive(Debug, Deserialize)]
 pub struct StateMachineV2 {
@@ -54,7 +54,7 @@ pub struct StateMachineV2 {
     projects: BTreeMap<String, ProjectSettings>,
     key_index: BTreeMap<String, String>,
     project_locks: ProjectLocks,
-    hierarchy: Hierarchy,
+    hierarchy: HierarchyV2,
     request_ids: RequestIds,
 }
 
@@ -65,7 +65,7 @@ impl From<StateMachineV2> for StateMachine {
             projects: v2.projects,
             key_index: v2.key_index,
             project_locks: v2.project_locks,
-            hierarchy: v2.hierarchy,
+            hierarchy: v2.hierarchy.into(),
             request_ids: v2.request_ids,
             ..Default::default()
         }
@@ -80,7 +80,7 @@ pub struct StateMachineV1 {
     projects: BTreeMap<String, ProjectSettings>,
     key_index: BTreeMap<String, String>,
     project_locks: ProjectLocks,
-    hierarchy: Hierarchy,
+    hierarchy: HierarchyV2,
 }
 
 impl From<StateMachineV1> for StateMachine {
@@ -90,7 +90,7 @@ impl From<StateMachineV1> for StateMachine {
             projects: v1.projects,
             key_index: v1.key_index,
             project_locks: v1.project_locks,
-            hierarchy: v1.hierarchy,
+            hierarchy: v1.hierarchy.into(),
             ..Default::default()
         }
     }

@@ -107,8 +107,9 @@ fn sample_state() -> StateMachine {
 }
 
 /// [`sample_state`] plus semaphores (two semaphores with holders of two leases, one queued
-/// acquire, one lease with nothing held), a wait group with two of three jobs in, and a
-/// barrier that tripped once and has one arrival in its second generation.
+/// acquire, one lease with nothing held), two shared holders of one lock in an arrival order
+/// other than their lease ids, a wait group with two of three jobs in, and a barrier that
+/// tripped once and has one arrival in its second generation.
 fn sample_state_with_semaphores() -> StateMachine {
     let mut sm = sample_state();
     let meta: BTreeMap<String, String> = [("vendor".to_string(), "partner-1".to_string())].into();
@@ -158,6 +159,20 @@ fn sample_state_with_semaphores() -> StateMachine {
         ));
     }
     let ns = || "alpha".to_string();
+    // Two shared holders whose arrival order is not their lease-id order.
+    for lease in ["l3", "l1"] {
+        ops.push(hier(
+            "p",
+            HierOp::AcquireLock {
+                namespace: ns(),
+                lock_name: "x".into(),
+                exclusive: false,
+                lease_id: lease.into(),
+                metadata: BTreeMap::new(),
+                wait: None,
+            },
+        ));
+    }
     ops.push(hier(
         "p",
         HierOp::CreateWaitGroup {

@@ -1167,3 +1167,31 @@ fn reap_releases_only_expired_leases() {
     assert_eq!(h.totals(), (1, 1, 1));
     assert!(acquired(&acq(&mut h, "long", "a/x", true, s(11))));
 }
+
+#[test]
+fn holders_are_listed_in_arrival_order() {
+    let mut h = setup(&["zz", "mm", "aa", "bb"]);
+    for (i, lease) in ["zz", "mm", "aa"].into_iter().enumerate() {
+        hold(&mut h, lease, "shared", false, s(i as i64 + 1));
+    }
+    let ids = |h: &Hierarchy| {
+        let v = h.get_lock(P, NS, "shared", s(10)).unwrap();
+        holder_ids(&v)
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(&h),
+        ["zz", "mm", "aa"],
+        "arrival order, not lease-id order"
+    );
+    // A re-acquire keeps its place; a holder that left and came back is last.
+    hold(&mut h, "mm", "shared", false, s(5));
+    assert_eq!(ids(&h), ["zz", "mm", "aa"]);
+    h.release(P, NS, "shared", "zz", s(6)).unwrap();
+    hold(&mut h, "bb", "shared", false, s(7));
+    hold(&mut h, "zz", "shared", false, s(8));
+    inv(&h);
+    assert_eq!(ids(&h), ["mm", "aa", "bb", "zz"]);
+}

@@ -25,6 +25,13 @@ impl Hierarchy {
                     if x > 0 && rec.holders.len() > 1 {
                         return Err(format!("{project}/{ns_name}: {name} exclusive with others"));
                     }
+                    let arrivals: std::collections::BTreeSet<u64> =
+                        rec.holders.values().map(|h| h.arrival).collect();
+                    if arrivals.len() != rec.holders.len() {
+                        return Err(format!(
+                            "{project}/{ns_name}: {name} has two holders of one arrival"
+                        ));
+                    }
                     for (id, h) in &rec.holders {
                         if ns.leases.get(id).and_then(|l| l.holds.get(name)) != Some(&h.exclusive) {
                             return Err(format!("{name}: holder {id} not mirrored in its lease"));

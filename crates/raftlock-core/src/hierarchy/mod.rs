@@ -21,12 +21,14 @@
 //! - `waiters`: the FIFO queue of blocking acquires and its budgets.
 //! - `queries`: the read-only operations (get, list, probe, counts).
 //! - `invariants`: every invariant checked from scratch (tests and debug checks).
+//! - `v2`: the layout of snapshot formats 1 and 2 (holders without arrival order), converted.
 //! - this file: [`Hierarchy`] — routing to namespaces, the expiry indexes, per-project
 //!   usage, and the operations that change state.
 
 mod invariants;
 mod namespace;
 mod queries;
+mod v2;
 mod views;
 mod waiters;
 
@@ -41,6 +43,7 @@ use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
 
 use namespace::{ancestors, bump, Change, Counts, Lease, LockRecord, Namespace};
+pub use v2::HierarchyV2;
 pub use views::{
     AcquireOutcome, AcquireReply, ContentionReason, HolderView, LeaseView, LockState, LockView,
     NamespaceView, Quotas, WaitSpec, WaitState,

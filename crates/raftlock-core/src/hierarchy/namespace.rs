@@ -30,6 +30,9 @@ pub(super) struct Holder {
     pub(super) exclusive: bool,
     pub(super) locked_at: Nanos,
     pub(super) metadata: BTreeMap<String, String>,
+    /// Order of arrival among the lock's holders (one more than the latest when granted;
+    /// a re-acquire keeps it): holders are listed in this order, as Grackle lists them.
+    pub(super) arrival: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,11 +177,12 @@ impl Namespace {
         let Some(rec) = self.locks.get(name) else {
             return LockView::unlocked(name);
         };
-        let holders: Vec<_> = rec
+        let mut holders: Vec<_> = rec
             .holders
             .iter()
             .filter(|(id, _)| self.lease_live(id, now))
             .collect();
+        holders.sort_by_key(|(_, h)| h.arrival);
         if holders.is_empty() {
             return LockView {
                 last_activity_at: rec.last_activity_at,
@@ -441,9 +445,12 @@ impl Namespace {
         rec.last_activity_at = t;
         // A re-acquire under the same lease refreshes `locked_at` (and the mode) only: the
         // holder keeps the metadata it acquired with, as Grackle documents.
-        let metadata = match rec.holders.get(lease_id) {
-            Some(h) => h.metadata.clone(),
-            None => metadata,
+        let (metadata, arrival) = match rec.holders.get(lease_id) {
+            Some(h) => (h.metadata.clone(), h.arrival),
+            None => {
+                let latest = rec.holders.values().map(|h| h.arrival).max();
+                (metadata, latest.map_or(0, |a| a + 1))
+            }
         };
         let charge = budget::holder_bytes(name, lease_id, &metadata);
         let replaced = rec.holders.insert(
@@ -452,6 +459,7 @@ impl Namespace {
                 exclusive,
                 locked_at: t,
                 metadata,
+                arrival,
             },
         );
         let refund = replaced.map_or(0, |h| budget::holder_bytes(name, lease_id, &h.metadata));
