@@ -108,10 +108,17 @@ pub struct Summary {
     pub leases: usize,
     /// Hierarchical locks with at least one holder.
     pub held_locks: usize,
-    /// Queued blocking acquires.
+    /// Queued blocking acquires (locks and semaphores).
     pub waiters: usize,
     /// The fencing token the next new project lock gets.
     pub next_fencing_token: u64,
+    pub semaphores: usize,
+    /// Semaphore holds (one per lease and semaphore).
+    pub semaphore_holds: usize,
+    /// The fencing token the next new semaphore hold gets.
+    pub next_semaphore_fencing_token: u64,
+    pub wait_groups: usize,
+    pub barriers: usize,
 }
 
 /// How a presented credential resolves.
@@ -191,14 +198,24 @@ impl StateMachine {
             namespaces,
             leases,
             held_locks,
-            waiters: self.hierarchy.waiter_count(),
+            waiters: self.hierarchy.waiter_count() + self.semaphores.totals().3,
             next_fencing_token: self.project_locks.next_fencing_token(),
+            semaphores: self.semaphores.totals().0,
+            semaphore_holds: self.semaphores.totals().2,
+            next_semaphore_fencing_token: self.semaphores.next_fencing_token(),
+            wait_groups: self.wait_groups.totals().0,
+            barriers: self.barriers.totals().0,
         }
     }
 
-    /// See [`ProjectLocks::skip_fencing_tokens`].
+    /// Moves every fencing-token counter (project locks, semaphores) forward by `by`; see
+    /// [`ProjectLocks::skip_fencing_tokens`]. Returns the next project-lock token.
     pub fn skip_fencing_tokens(&mut self, by: u64) -> Result<u64, CoreError> {
-        self.project_locks.skip_fencing_tokens(by)
+        let mut copy = self.semaphores.clone();
+        copy.skip_fencing_tokens(by)?;
+        let next = self.project_locks.skip_fencing_tokens(by)?;
+        self.semaphores = copy;
+        Ok(next)
     }
 
     /// Whether every kept byte count equals one counted from the state (tests).

@@ -341,6 +341,7 @@ mod tests {
     fn restore_prepares_a_directory_once_and_moves_fencing_forward() {
         let state = sample();
         let before = state.machine.summary().next_fencing_token;
+        let before_semaphores = state.machine.summary().next_semaphore_fencing_token;
         let bytes = write(&state, Some(Uuid::nil()), 1_000).unwrap();
         let (header, state) = read(&bytes).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -361,6 +362,11 @@ mod tests {
         let restored = restored.read().unwrap();
         assert_eq!(restored.machine.summary().project_locks, 1);
         assert_eq!(restored.machine.summary().next_fencing_token, before + skip);
+        assert_eq!(
+            restored.machine.summary().next_semaphore_fencing_token,
+            before_semaphores + skip,
+            "semaphore tokens move forward too"
+        );
         assert_eq!(restored.last_applied.unwrap().index, 42);
         drop(restored);
         drop((_log, sm));

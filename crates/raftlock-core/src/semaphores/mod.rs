@@ -244,6 +244,20 @@ impl Semaphores {
         self.book.usage.0.recount(usage);
     }
 
+    /// Moves the semaphore fencing tokens forward by `by` (a restore from a backup: holds
+    /// granted after the backup was taken must not see their tokens handed out again).
+    pub fn skip_fencing_tokens(&mut self, by: u64) -> Result<u64> {
+        self.book.last_token = (self.book.last_token.checked_add(by)).ok_or_else(|| {
+            CoreError::ResourceExhausted("semaphore fencing tokens would overflow".into())
+        })?;
+        Ok(self.book.last_token + 1)
+    }
+
+    /// The fencing token the next new hold gets.
+    pub fn next_fencing_token(&self) -> u64 {
+        self.book.last_token + 1
+    }
+
     /// Bytes `project` is charged for its semaphore state.
     pub fn stored_bytes(&self, project: &str) -> usize {
         self.book.used(project)

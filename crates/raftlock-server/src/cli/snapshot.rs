@@ -111,7 +111,7 @@ fn inspect(conn: &Conn, file: &Path) -> CmdResult {
     doc["counts"] = serde_json::to_value(summary).unwrap_or_default();
     conn.emit(&doc, || {
         format!(
-            "backup {}\n  format {} (state format {}), {} bytes\n  cluster {}\n  index {}, taken at {} ms\n  projects {}, keys {}, project locks {}, next fencing token {}\n  namespaces {}, leases {}, held hierarchical locks {}, waiters {}",
+            "backup {}\n  format {} (state format {}), {} bytes\n  cluster {}\n  index {}, taken at {} ms\n  projects {}, keys {}, project locks {}, next fencing token {}\n  namespaces {}, leases {}, held hierarchical locks {}, waiters {}\n  semaphores {} ({} holds, next fencing token {}), wait groups {}, barriers {}",
             file.display(),
             header.format,
             header.state_format,
@@ -127,6 +127,11 @@ fn inspect(conn: &Conn, file: &Path) -> CmdResult {
             summary.leases,
             summary.held_locks,
             summary.waiters,
+            summary.semaphores,
+            summary.semaphore_holds,
+            summary.next_semaphore_fencing_token,
+            summary.wait_groups,
+            summary.barriers,
         )
     });
     Ok(0)
