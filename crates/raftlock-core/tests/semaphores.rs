@@ -464,6 +464,85 @@ fn updates_are_conditional_and_cannot_shrink_below_what_is_held() {
 }
 
 #[test]
+fn lowering_permits_drops_every_queued_acquire_that_could_never_fit() {
+    let mut w = World::new();
+    w.create("s", 10);
+    for l in ["a", "b", "c"] {
+        w.lease(l, 60);
+    }
+    w.acquire("s", "a", 6, None).unwrap();
+    w.acquire("s", "b", 5, Some("wb")).unwrap();
+    w.acquire("s", "c", 9, Some("wc")).unwrap();
+    w.resolved();
+    w.ok(hier(HierOp::UpdateSemaphore {
+        namespace: NS.into(),
+        name: "s".into(),
+        description: String::new(),
+        permits: 8,
+        metadata: BTreeMap::new(),
+        expected_version: Some(1),
+    }));
+    // c (9 > 8) leaves although it is not the head; b (5) still waits for a's 6.
+    assert_eq!(w.resolved(), ["wc"]);
+    assert_eq!(w.sm.semaphores_in("p", NS).unwrap().totals().3, 1);
+}
+
+#[test]
+fn two_queued_calls_of_one_lease_are_both_acquired_and_the_hold_never_shrinks() {
+    let mut w = World::new();
+    w.create("s", 5);
+    w.lease("x", 60);
+    w.lease("l", 60);
+    w.acquire("s", "x", 5, None).unwrap();
+    w.acquire("s", "l", 4, Some("big")).unwrap();
+    w.acquire("s", "l", 1, Some("small")).unwrap();
+    w.release("s", "x").unwrap();
+    assert_eq!(w.holders("s"), vec![("l".into(), 4)]);
+    let s = w.sm.semaphores_in("p", NS).unwrap();
+    for (weight, id) in [(4, "big"), (1, "small")] {
+        let state = s
+            .waiter_state("p", NS, "s", "l", weight, id, w.t)
+            .unwrap()
+            .0;
+        assert_eq!(state, raftlock_core::hierarchy::WaitState::Granted, "{id}");
+    }
+}
+
+#[test]
+fn a_lease_that_expired_in_the_same_apply_is_never_granted() {
+    let mut w = World::new();
+    w.create("s", 2);
+    w.lease("a", 60);
+    w.lease("x", 60);
+    w.lease("short", 4);
+    let first = w.acquire("s", "a", 1, None).unwrap().fencing_token;
+    // x (2) waits 5 s at the head; behind it, short (1) whose lease ends at 4 s.
+    let wait = |id: &str, secs| WaitSpec {
+        waiter_id: id.into(),
+        deadline: w.t + secs * SECOND,
+    };
+    let (wx, ws) = (wait("wx", 5), wait("ws", 30));
+    for (lease, weight, spec) in [("x", 2, wx), ("short", 1, ws)] {
+        w.apply(hier(HierOp::AcquireSemaphore {
+            namespace: NS.into(),
+            name: "s".into(),
+            lease_id: lease.into(),
+            weight,
+            metadata: BTreeMap::new(),
+            wait: Some(spec),
+        }))
+        .unwrap();
+    }
+    // At 6 s x's deadline and short's lease are both due: nobody is granted.
+    w.t += 6 * SECOND;
+    w.apply(Op::Tick).unwrap();
+    assert_eq!(w.holders("s"), vec![("a".into(), 1)]);
+    // No fencing token was spent on the dead lease.
+    let next = w.acquire("s", "x", 1, None).unwrap().fencing_token;
+    assert_eq!(next, first + 1);
+}
+
+#[test]
 fn deleting_a_semaphore_or_its_namespace_drops_holders_and_waiters() {
     let mut w = World::new();
     w.create("s", 1);

@@ -266,6 +266,15 @@ impl Semaphores {
     /// Ends leases that expired at or before `t` and drops queued acquires past their
     /// deadline (granting whoever is next).
     pub fn reap(&mut self, t: Nanos) {
+        // Leases first: their holds are released before any queue is pumped, so no grant in
+        // this apply goes to a lease that is already over.
+        while (self.book.by_expiry.get_min()).is_some_and(|first| first.0 <= t) {
+            let (_, project, ns, lease_id) = self.book.by_expiry.remove_min().expect("non-empty");
+            let _ = self.with_space(&project, &ns, |space, book| {
+                end_lease(space, book, &project, &lease_id, t);
+                Ok(())
+            });
+        }
         while (self.book.deadlines.get_min()).is_some_and(|first| first.0 <= t) {
             let (_, project, ns, name, waiter_id) =
                 self.book.deadlines.remove_min().expect("non-empty");
@@ -274,13 +283,6 @@ impl Semaphores {
                     sem.dequeue(&name, &mut space.leases, &waiter_id, book, &project);
                     sem.pump(&name, &mut space.leases, book, &project, t);
                 }
-                Ok(())
-            });
-        }
-        while (self.book.by_expiry.get_min()).is_some_and(|first| first.0 <= t) {
-            let (_, project, ns, lease_id) = self.book.by_expiry.remove_min().expect("non-empty");
-            let _ = self.with_space(&project, &ns, |space, book| {
-                end_lease(space, book, &project, &lease_id, t);
                 Ok(())
             });
         }
@@ -348,7 +350,7 @@ impl Semaphores {
 
     /// Replaces description, permits and metadata if `expected_version` is current and the
     /// new `permits` is at least what is held. Queued acquires heavier than the new `permits`
-    /// are dropped; a raise grants from the queue.
+    /// are dropped wherever they wait; a raise grants from the queue.
     #[allow(clippy::too_many_arguments)]
     pub fn update_semaphore(
         &mut self,
@@ -389,6 +391,7 @@ impl Semaphores {
             sem.metadata = metadata.clone();
             sem.version += 1;
             sem.updated_at = t;
+            sem.drop_heavier_than_permits(name, &mut space.leases, book, project);
             sem.pump(name, &mut space.leases, book, project, t);
             Ok(sem.view(name, &space.leases, t))
         })
@@ -959,6 +962,11 @@ fn check_semaphore(
         {
             return Err(format!("{name}: waiter {} has no lease entry", w.waiter_id));
         }
+    }
+    if sem.queue.iter().any(|w| w.weight > sem.permits) {
+        return Err(format!(
+            "{name}: a queued acquire is heavier than the permits"
+        ));
     }
     if let Some(head) = sem.queue.front() {
         if sem.fits(&head.lease_id, head.weight) && head.weight <= sem.permits {

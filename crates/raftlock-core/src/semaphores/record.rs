@@ -177,6 +177,24 @@ impl Semaphore {
         lease.holds.remove(name);
     }
 
+    /// Drops every queued acquire heavier than `permits` (after `permits` was lowered: they
+    /// can never be granted, wherever they are in the queue).
+    pub fn drop_heavier_than_permits(
+        &mut self,
+        name: &str,
+        leases: &mut OrdMap<String, SemLease>,
+        book: &mut Book,
+        project: &str,
+    ) {
+        let heavy: Vec<String> = (self.queue.iter())
+            .filter(|w| w.weight > self.permits)
+            .map(|w| w.waiter_id.clone())
+            .collect();
+        for id in heavy {
+            self.dequeue(name, leases, &id, book, project);
+        }
+    }
+
     /// Takes waiter `waiter_id` out of the queue (its call is woken).
     pub fn dequeue(
         &mut self,
@@ -197,8 +215,8 @@ impl Semaphore {
     }
 
     /// Grants waiters from the head of the queue while they fit; drops those past their
-    /// deadline, and those that could never be granted (weight above `permits`, or a new hold
-    /// beyond the holder quota once it is their turn).
+    /// deadline, and those that could never be granted (weight above `permits`, a lease that
+    /// is gone or expired, or a new hold beyond the holder quota once it is their turn).
     pub fn pump(
         &mut self,
         name: &str,
@@ -210,9 +228,13 @@ impl Semaphore {
         while let Some(head) = self.queue.front() {
             let id = head.waiter_id.clone();
             let new_hold = !self.holders.contains_key(&head.lease_id);
+            // A lease that expired but is not reaped yet (its turn in this apply comes later)
+            // is as gone as a revoked one: granting it would hand out a token for nothing
+            // and could take the last holder slot from a live waiter.
+            let lease_gone = leases.get(&head.lease_id).is_none_or(|l| l.expires_at <= t);
             let hopeless = head.deadline <= t
                 || head.weight > self.permits
-                || !leases.contains_key(&head.lease_id)
+                || lease_gone
                 || (new_hold && self.holders.len() >= MAX_HOLDERS_PER_SEMAPHORE);
             if hopeless {
                 self.dequeue(name, leases, &id, book, project);
@@ -225,11 +247,15 @@ impl Semaphore {
                 .dequeue(name, leases, &id, book, project)
                 .expect("the head is queued");
             let lease = leases.get_mut(&w.lease_id).expect("checked above");
+            // A grant from the queue never lowers a hold its lease already has (another of
+            // its calls may have been granted more meanwhile): both calls then answer
+            // ACQUIRED, neither is told TIMED_OUT for permits it was granted.
+            let weight = w.weight.max(self.weight_of(&w.lease_id));
             self.grant(
                 name,
                 lease,
                 &w.lease_id,
-                w.weight,
+                weight,
                 &w.metadata,
                 book,
                 project,
