@@ -505,6 +505,41 @@ async fn a_barrier_wait_survives_a_leader_kill() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A wait forwarded again after a leader change keeps the deadline fixed when it first arrived:
+/// the leader is killed 2 s into a 5 s wait, so a wait that started over at the new leader
+/// would answer 2 s + the election + 5 s after it began.
+#[tokio::test]
+async fn a_barrier_wait_retried_at_a_new_leader_keeps_its_original_deadline() -> anyhow::Result<()>
+{
+    let (mut cluster, api) = setup().await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    barrier(&api, "slow", 2).await?;
+    let started = std::time::Instant::now();
+    let api_w = api.clone();
+    let waiting = tokio::spawn(async move { wait_at(&api_w, "slow", 1, 5).await });
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the wait to reach the leader",
+        || async { (cluster.metric(leader, "raftlock_waiters").await? == 1.0).then_some(()) },
+    )
+    .await?;
+    // Places the fault 2 s into the wait (a point in time, not a synchronisation).
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(started.elapsed())).await;
+    cluster.kill(leader);
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let new_leader_seen = started.elapsed();
+    let r = waiting.await??;
+    let answered = started.elapsed();
+    assert_eq!(r["outcome"], "BARRIER_WAIT_OUTCOME_TIMED_OUT", "{r}");
+    let bound = new_leader_seen.max(Duration::from_secs(5)) + Duration::from_millis(1500);
+    assert!(
+        answered < bound,
+        "answered after {answered:?}; the 5 s deadline (new leader seen at {new_leader_seen:?}) \
+         allows {bound:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_sdk_and_the_cli_drive_a_wait_group_and_a_barrier() -> anyhow::Result<()> {
     use raftlock_client::{Client, JobReport, WaitGroupStatus};

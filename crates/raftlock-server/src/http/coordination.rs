@@ -27,6 +27,7 @@ use raftlock_core::{validate, CoreError, Reply, StateMachine};
 
 use super::errors::ApiError;
 use super::rpc::{core, unexpected, Call, Look, D};
+use super::wait::WaitContext;
 
 fn wait_group_answer(reply: Reply) -> Result<WaitGroupResponse, ApiError> {
     match reply {
@@ -72,10 +73,18 @@ impl Call {
         &self,
         topic: &str,
         timeout_seconds: u64,
+        ctx: &WaitContext,
         look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
     ) -> Result<Option<T>, ApiError> {
         validate::acquire_timeout(timeout_seconds).map_err(core)?;
-        let until = tokio::time::Instant::now() + Duration::from_secs(timeout_seconds);
+        let mut wait = Duration::from_secs(timeout_seconds);
+        // A call forwarded again after a leader change keeps the deadline the node it reached
+        // first fixed (cluster time), rather than starting its timeout over.
+        if let Some(deadline) = ctx.deadline {
+            let now = self.node.read_local(|_, now| now);
+            wait = wait.min(Duration::from_nanos((deadline - now).max(0) as u64));
+        }
+        let until = tokio::time::Instant::now() + wait;
         // Registered before the first look (follow_waiter registers again, harmlessly), so an
         // apply between the two is not missed.
         let _early = self.node.waiters.register(topic);
@@ -207,6 +216,7 @@ impl Call {
     pub(super) async fn wait_for_wait_group(
         &self,
         r: WaitForWaitGroupRequest,
+        ctx: WaitContext,
     ) -> Result<WaitForWaitGroupResponse, ApiError> {
         validate::simple_name("namespace_name", &r.namespace_name).map_err(core)?;
         validate::simple_name("wait_group_name", &r.wait_group_name).map_err(core)?;
@@ -228,7 +238,7 @@ impl Call {
                 )),
             })
         };
-        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, look).await? {
+        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, &ctx, look).await? {
             return Ok(answer);
         }
         let wait_group = self
@@ -347,6 +357,7 @@ impl Call {
     pub(super) async fn wait_at_barrier(
         &self,
         r: WaitAtBarrierRequest,
+        ctx: WaitContext,
     ) -> Result<WaitAtBarrierResponse, ApiError> {
         validate::simple_name("namespace_name", &r.namespace_name).map_err(core)?;
         validate::simple_name("barrier_name", &r.barrier_name).map_err(core)?;
@@ -365,7 +376,7 @@ impl Call {
                 Look::Queued
             })
         };
-        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, look).await? {
+        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, &ctx, look).await? {
             return Ok(answer);
         }
         let barrier = self

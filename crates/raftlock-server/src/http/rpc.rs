@@ -121,14 +121,14 @@ async fn dispatch(
         "ListWaitGroups" => reply(call.list_wait_groups(parse(&bytes)?).await?),
         "CompleteJobsFromWaitGroup" => reply(call.complete_jobs(parse(&bytes)?).await?),
         "ListWaitGroupCompletedJobs" => reply(call.list_completed_jobs(parse(&bytes)?).await?),
-        "WaitForWaitGroup" => reply(call.wait_for_wait_group(parse(&bytes)?).await?),
+        "WaitForWaitGroup" => reply(call.wait_for_wait_group(parse(&bytes)?, ctx).await?),
         "CreateBarrier" => reply(call.create_barrier(parse(&bytes)?).await?),
         "GetBarrier" => reply(call.get_barrier(parse(&bytes)?).await?),
         "UpdateBarrier" => reply(call.update_barrier(parse(&bytes)?).await?),
         "DeleteBarrier" => reply(call.delete_barrier(parse(&bytes)?).await?),
         "ListBarriers" => reply(call.list_barriers(parse(&bytes)?).await?),
         "ArriveAtBarrier" => reply(call.arrive_at_barrier(parse(&bytes)?).await?),
-        "WaitAtBarrier" => reply(call.wait_at_barrier(parse(&bytes)?).await?),
+        "WaitAtBarrier" => reply(call.wait_at_barrier(parse(&bytes)?, ctx).await?),
         "ListBarrierParticipants" => reply(call.list_barrier_participants(parse(&bytes)?).await?),
         // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
         // found". (`METHODS` lists the arms above; the OpenAPI drift test checks they agree.)
