@@ -6,6 +6,12 @@
 //! node-to-node request (Raft RPCs and forwarded client requests), so `P_j` knows the link
 //! `from → j` each request travels on and applies that link's [`Rule`].
 //!
+//! Raft RPCs travel on peer streams (HTTP connections upgraded to frames, see
+//! `raftlock_raft::peer_stream`): the proxy forwards the upgrade, then relays the stream frame
+//! by frame, judging each request frame by the link's rule when it arrives, exactly as it
+//! judges a plain request. Inside a stream there is no status to answer with, so `Drop` and
+//! `Refuse503` both end the stream (the sender sees it break).
+//!
 //! Rules act on requests, so a cut is directional: cutting `a → b` stops what `a` sends to
 //! `b`, while `b`'s requests to `a` (and their answers) still pass — a one-way partition.
 //! Cutting both directions of every link between two groups is a symmetric partition.
@@ -20,6 +26,9 @@ use anyhow::Result;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
+use raftlock_raft::network::MAX_RPC_BODY;
+use raftlock_raft::peer_stream::{read_frame, write_frame};
+use tokio::io::{AsyncRead, AsyncWrite, BufStream};
 use tokio::sync::watch;
 
 /// The header nodes put on node-to-node requests (mirrors `raftlock_raft::SOURCE_HEADER`).
@@ -72,6 +81,20 @@ impl Shared {
             .get(&(from, to))
             .copied()
             .unwrap_or(Rule::Pass)
+    }
+
+    /// Holds a blackholed request until the rule of its link changes (the sender has usually
+    /// given up by then); bounded so a forgotten rule cannot pin tasks forever.
+    async fn hold(&self, from: u64, to: u64) {
+        let mut changes = self.generation.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(120), async {
+            while self.rule(from, to) == Rule::Blackhole {
+                if changes.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
     }
 }
 
@@ -155,6 +178,7 @@ impl FaultProxy {
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .with_upgrades()
                             .await;
                     });
                 }
@@ -232,13 +256,18 @@ async fn handle(
     shared: Arc<Shared>,
     to: u64,
     target: String,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Reply, ResetConnection> {
     let from: Option<u64> = req
         .headers()
         .get(SOURCE_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
+    // Taken before the request is split: the handle to the client's side of an upgrade.
+    let upgrade = req
+        .headers()
+        .contains_key(hyper::header::UPGRADE)
+        .then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
@@ -266,19 +295,12 @@ async fn handle(
         Rule::Blackhole => {
             stats.blackholed.fetch_add(1, Ordering::Relaxed);
             let from = from.expect("a rule other than pass has a source");
-            let mut changes = shared.generation.subscribe();
-            // Held until the rule of this link changes (the sender has usually given up by
-            // then); bounded so a forgotten rule cannot pin tasks forever.
-            let _ = tokio::time::timeout(Duration::from_secs(120), async {
-                while shared.rule(from, to) == Rule::Blackhole {
-                    if changes.changed().await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .await;
+            shared.hold(from, to).await;
             return Err(ResetConnection);
         }
+    }
+    if let Some(client_side) = upgrade {
+        return open_stream(shared, from, to, &target, parts, client_side).await;
     }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut out = shared
@@ -318,6 +340,108 @@ async fn handle(
     Ok(reply)
 }
 
+/// Forwards a peer-stream upgrade (its own rule already applied, like any request's; a delay
+/// or a lost answer applies to the frames) and, once both sides are upgraded, relays frames.
+async fn open_stream(
+    shared: Arc<Shared>,
+    from: Option<u64>,
+    to: u64,
+    target: &str,
+    parts: hyper::http::request::Parts,
+    client_side: hyper::upgrade::OnUpgrade,
+) -> Result<Reply, ResetConnection> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = shared
+        .client
+        .request(parts.method.clone(), format!("http://{target}{path}"));
+    for (name, value) in parts.headers.iter() {
+        if name != hyper::header::HOST && name != hyper::header::CONTENT_LENGTH {
+            out = out.header(name, value);
+        }
+    }
+    let upstream_error = || {
+        shared.stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        ResetConnection
+    };
+    let resp = out.send().await.map_err(|_| upstream_error())?;
+    let status = resp.status();
+    if status != hyper::StatusCode::SWITCHING_PROTOCOLS {
+        let bytes = resp.bytes().await.map_err(|_| upstream_error())?;
+        let mut reply = Response::new(Full::new(bytes));
+        *reply.status_mut() = status;
+        return Ok(reply);
+    }
+    let mut reply = Response::new(Full::new(Bytes::new()));
+    *reply.status_mut() = status;
+    for name in [hyper::header::CONNECTION, hyper::header::UPGRADE] {
+        if let Some(value) = resp.headers().get(&name) {
+            reply.headers_mut().insert(name, value.clone());
+        }
+    }
+    let upstream = resp.upgrade().await.map_err(|_| upstream_error())?;
+    tokio::spawn(async move {
+        if let Ok(client) = client_side.await {
+            let client = hyper_util::rt::TokioIo::new(client);
+            relay_frames(&shared, from, to, client, upstream).await;
+        }
+    });
+    Ok(reply)
+}
+
+/// Relays request frames to `upstream` and answers back, each judged by the link's rule
+/// when it arrives; ending the stream (both sides) wherever a request would be reset.
+async fn relay_frames(
+    shared: &Shared,
+    from: Option<u64>,
+    to: u64,
+    client: impl AsyncRead + AsyncWrite + Unpin,
+    upstream: impl AsyncRead + AsyncWrite + Unpin,
+) {
+    let (mut client, mut upstream) = (BufStream::new(client), BufStream::new(upstream));
+    let stats = &shared.stats;
+    while let Ok((tag, body)) = read_frame(&mut client, MAX_RPC_BODY).await {
+        let rule = from.map_or(Rule::Pass, |from| shared.rule(from, to));
+        match rule {
+            Rule::Pass | Rule::LoseAnswer => {}
+            Rule::Drop => {
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Rule::Refuse503 => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Rule::Delay(ms) => {
+                stats.delayed.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Rule::Blackhole => {
+                stats.blackholed.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .hold(from.expect("a rule other than pass has a source"), to)
+                    .await;
+                return;
+            }
+        }
+        if write_frame(&mut upstream, tag, &body).await.is_err() {
+            stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Ok((status, answer)) = read_frame(&mut upstream, MAX_RPC_BODY).await else {
+            stats.upstream_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if rule == Rule::LoseAnswer {
+            stats.answers_lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if write_frame(&mut client, status, &answer).await.is_err() {
+            return;
+        }
+        stats.passed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,6 +479,123 @@ mod tests {
             Err(e) if e.is_timeout() => "timeout".into(),
             Err(_) => "reset".into(),
         }
+    }
+
+    /// An upstream that upgrades every request to a stream and echoes each frame's body back
+    /// as an answer, counting the frames it saw.
+    async fn echo_stream_upstream(seen: Arc<AtomicU64>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                        let seen = seen.clone();
+                        let on_upgrade = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            let io = hyper_util::rt::TokioIo::new(on_upgrade.await.unwrap());
+                            let mut io = BufStream::new(io);
+                            while let Ok((_, body)) = read_frame(&mut io, 1 << 20).await {
+                                seen.fetch_add(1, Ordering::Relaxed);
+                                if write_frame(&mut io, 0, &body).await.is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                        async {
+                            let mut r = Response::new(Full::new(Bytes::new()));
+                            *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+                            r.headers_mut()
+                                .insert("connection", "upgrade".parse().unwrap());
+                            r.headers_mut().insert("upgrade", "test".parse().unwrap());
+                            Ok::<_, Infallible>(r)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn open(proxy: &FaultProxy, from: u64, to: u64) -> BufStream<reqwest::Upgraded> {
+        let resp = reqwest::Client::new()
+            .get(format!("http://{}/s", proxy.addr(to)))
+            .header("connection", "upgrade")
+            .header("upgrade", "test")
+            .header(SOURCE_HEADER, from.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 101);
+        BufStream::new(resp.upgrade().await.unwrap())
+    }
+
+    /// One frame through a stream: the echoed body, or what went wrong.
+    async fn frame(io: &mut BufStream<reqwest::Upgraded>, body: &[u8]) -> String {
+        let exchange = async {
+            write_frame(io, 1, body).await?;
+            read_frame(io, 1 << 20).await
+        };
+        match tokio::time::timeout(Duration::from_millis(400), exchange).await {
+            Ok(Ok((0, echoed))) => String::from_utf8(echoed).unwrap(),
+            Ok(Ok((tag, _))) => format!("status {tag}"),
+            Ok(Err(_)) => "closed".into(),
+            Err(_) => "timeout".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn stream_frames_are_judged_one_by_one_by_the_rule_in_force() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let up = echo_stream_upstream(seen.clone()).await;
+        let targets = BTreeMap::from([(1, up.clone()), (2, up)]);
+        let proxy = FaultProxy::start(&targets).await.unwrap();
+        let mut s = open(&proxy, 1, 2).await;
+        assert_eq!(frame(&mut s, b"one").await, "one");
+        assert_eq!(frame(&mut s, b"two").await, "two", "the stream is kept");
+
+        proxy.set(1, 2, Rule::Delay(150));
+        let started = std::time::Instant::now();
+        assert_eq!(frame(&mut s, b"late").await, "late");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+
+        proxy.set(1, 2, Rule::LoseAnswer);
+        let before = seen.load(Ordering::Relaxed);
+        assert_eq!(frame(&mut s, b"lost").await, "closed");
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            before + 1,
+            "delivered, answer lost"
+        );
+
+        proxy.heal();
+        let mut s = open(&proxy, 1, 2).await;
+        assert_eq!(frame(&mut s, b"again").await, "again");
+        proxy.set(1, 2, Rule::Drop);
+        let before = seen.load(Ordering::Relaxed);
+        assert_eq!(frame(&mut s, b"dropped").await, "closed");
+        assert_eq!(seen.load(Ordering::Relaxed), before, "never delivered");
+
+        proxy.set(1, 2, Rule::Pass);
+        let mut s = open(&proxy, 1, 2).await;
+        let mut back = open(&proxy, 2, 1).await;
+        proxy.set(1, 2, Rule::Blackhole);
+        assert_eq!(frame(&mut s, b"held").await, "timeout");
+        assert_eq!(
+            frame(&mut back, b"other way").await,
+            "other way",
+            "one way only"
+        );
+        let stats = proxy.stats();
+        assert_eq!(stats.answers_lost.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.blackholed.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]

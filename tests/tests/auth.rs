@@ -125,7 +125,7 @@ async fn forwarding_requires_the_cluster_secret() -> anyhow::Result<()> {
     assert_eq!(resp.status().as_u16(), 401);
     let raft = cluster
         .http
-        .post(cluster.url(1, "/internal/raft/vote"))
+        .get(cluster.url(1, "/internal/raft/stream"))
         .body(vec![1, 2, 3])
         .send()
         .await?;

@@ -25,7 +25,7 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
     // The client listener refuses node-to-node routes and forwarded requests.
     let http = reqwest::Client::new();
     let raft = http
-        .post(cluster.url(leader, "/internal/raft/vote"))
+        .get(cluster.url(leader, "/internal/raft/stream"))
         .body(Vec::<u8>::new())
         .send()
         .await?;
@@ -41,9 +41,12 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
         404,
         "a forwarded request on the client listener"
     );
-    // ... and the peer listener serves them (a vote without the secret is refused, not 404).
+    // ... and the peer listener serves them (a stream without the secret is refused, not 404).
     let peer_vote = http
-        .post(format!("http://{}/internal/raft/vote", peer_addrs[&leader]))
+        .get(format!(
+            "http://{}/internal/raft/stream",
+            peer_addrs[&leader]
+        ))
         .body(Vec::<u8>::new())
         .send()
         .await?;
@@ -140,6 +143,39 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
     );
     for w in waits {
         w.abort();
+    }
+    Ok(())
+}
+
+/// Raft RPCs ride on kept-open peer streams: hundreds of replicated writes (each several
+/// appends per follower) open no new stream once replication runs.
+#[tokio::test]
+async fn replication_keeps_its_peer_streams_open_across_writes() -> Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let api = Locks::new(&cluster, leader, &key);
+    assert_eq!(api.acquire("warm", &token(), 30).await?.status, 200);
+    let opened = |id| cluster.metric(id, "raftlock_peer_streams_opened_total");
+    let before = opened(leader).await.expect("the leader counts its streams");
+    assert!(before >= 2.0, "one stream per follower at least: {before}");
+    for i in 0..300 {
+        assert_eq!(
+            api.acquire(&format!("k{i}"), &token(), 30).await?.status,
+            200
+        );
+    }
+    assert_eq!(
+        opened(leader).await,
+        Some(before),
+        "300 writes opened new peer streams"
+    );
+    for follower in cluster.ids().into_iter().filter(|id| *id != leader) {
+        let served = cluster.metric(follower, "raftlock_peer_streams").await;
+        assert!(
+            served >= Some(1.0),
+            "node {follower} serves the leader's stream: {served:?}"
+        );
     }
     Ok(())
 }

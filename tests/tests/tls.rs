@@ -95,7 +95,7 @@ async fn the_peer_listener_admits_only_certificates_of_the_peer_ca() -> Result<(
     let follower = cluster.other_than(&[leader]);
     let peer = cluster.peer_addr(follower).context("peer listener")?;
     let status = format!("https://{peer}/readyz");
-    let append = format!("https://{peer}/internal/raft/append");
+    let append = format!("https://{peer}/internal/raft/stream");
     // Our CA and our certificate: admitted (the positive control).
     let member = client_with(Some(&certs.ca), Some(&certs))?;
     assert_eq!(member.get(&status).send().await?.status(), 200);

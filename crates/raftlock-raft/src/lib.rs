@@ -3,7 +3,7 @@
 //! Replication and storage for raftlock: it turns the deterministic
 //! [`raftlock_core::StateMachine`] into a replicated one with [openraft](openraft), keeps the
 //! Raft log, vote and snapshots durable in the node's data directory (every acknowledged write
-//! is `fdatasync`'d first), and carries peer RPCs over HTTP. Every byte format (log entries,
+//! is `fdatasync`'d first), and carries peer RPCs on kept-open streams (HTTP connections upgraded to frames). Every byte format (log entries,
 //! vote, snapshots, RPC bodies, checksummed frames) goes through [`raftlock_core::codec`], so
 //! the encoding is decided in one place.
 //!
@@ -18,6 +18,7 @@
 //! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
 //!   builds and persists snapshots, and exposes the applied state to readers.
 //! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
+//! - [`peer_stream`]: the frames peer RPCs travel in, one kept-open stream per connection.
 //! - [`config`]: [`raft_config`], the one openraft configuration (timing, snapshot policy,
 //!   payload bounds) raftlock runs with.
 //! - [`backup`]: backup files (the state at a committed index) and restoring them into the
@@ -40,6 +41,7 @@ pub mod fs;
 pub mod identity;
 pub mod log_store;
 pub mod network;
+pub mod peer_stream;
 pub mod state_machine;
 pub mod store;
 pub mod typ;

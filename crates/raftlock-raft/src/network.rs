@@ -1,53 +1,52 @@
-//! Peer RPCs over HTTP: [`Network`] sends them, [`internal_router`] receives them.
+//! Peer RPCs: [`Network`] sends them, [`internal_router`] receives them.
 //!
-//! Each RPC is one `POST http(s)://{addr}/internal/raft/{append,vote,snapshot}` whose body is the
-//! codec-encoded request and whose `200` answer is the codec-encoded
-//! `Result<Response, RaftError>` returned by the remote `Raft`. Requests carry the cluster
-//! secret in [`CLUSTER_SECRET_HEADER`]; without it anyone reaching the port could rewrite the
-//! log. Snapshots travel in chunks (openraft's default transport), one chunk per request.
+//! Each node keeps one [`peer_stream`](crate::peer_stream) open per openraft connection to a
+//! peer (the replication of each follower, and each election's vote requests): an HTTP request
+//! to `GET /internal/raft/stream` upgraded to length-framed, codec-encoded RPCs. The upgrade
+//! carries the cluster secret in [`CLUSTER_SECRET_HEADER`] (without it anyone reaching the
+//! port could rewrite the log) and the cluster id; snapshots travel in chunks (openraft's
+//! default transport), one chunk per frame.
 
 use std::error::Error;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::get;
 use axum::Router;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 use openraft::error::{InstallSnapshotError, NetworkError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use raftlock_core::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, BufStream};
+use uuid::Uuid;
 
 use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
+use crate::peer_stream::{
+    read_frame, write_frame, Kind, Status, STREAM_IDLE_TIMEOUT, STREAM_PATH, STREAM_PROTOCOL,
+    STREAM_REUSE_LIMIT,
+};
 use crate::typ::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     Node, NodeId, Raft, RaftError, TypeConfig, VoteRequest, VoteResponse,
 };
 
-/// Header carrying the shared cluster secret on every peer RPC.
+/// Header carrying the shared cluster secret when a peer stream is opened.
 pub const CLUSTER_SECRET_HEADER: &str = "x-raftlock-cluster-secret";
 
-/// Header naming the sending node's id on every node-to-node request (Raft RPCs and
-/// forwarded client requests). Informational only — never trusted for authorization; the
-/// chaos suite's per-link fault proxy uses it to tell which link a request travels on.
+/// Header naming the sending node's id on every node-to-node request (peer stream upgrades
+/// and forwarded client requests). Informational only — never trusted for authorization; the
+/// chaos suite's per-link fault proxy uses it to tell which link a stream travels on.
 pub const SOURCE_HEADER: &str = "x-raftlock-from";
 
-/// Path of the `append_entries` RPC.
-pub const APPEND_PATH: &str = "/internal/raft/append";
-/// Path of the `vote` RPC.
-pub const VOTE_PATH: &str = "/internal/raft/vote";
-/// Path of the snapshot-chunk RPC.
-pub const SNAPSHOT_PATH: &str = "/internal/raft/snapshot";
-
-/// Largest accepted RPC body. Well above one snapshot chunk (3 MiB by default) and a full
-/// `append_entries` batch, so the server's client body limit never stalls replication.
+/// Largest accepted frame. Well above one snapshot chunk (3 MiB by default) and a full
+/// `append_entries` batch, so the limit never stalls replication.
 pub const MAX_RPC_BODY: usize = 256 * 1024 * 1024;
-
-const OCTET_STREAM: &str = "application/octet-stream";
 
 /// openraft's [`RaftNetworkFactory`]: one [`NetworkConnection`] per peer, all sharing one
 /// HTTP client (and so one connection pool).
@@ -121,11 +120,12 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             scheme: self.scheme,
             target,
             node: node.clone(),
+            stream: Mutex::new(None),
         }
     }
 }
 
-/// The RPC client for one peer.
+/// The RPC client for one peer: keeps one [`peer_stream`](crate::peer_stream) open to it.
 pub struct NetworkConnection {
     client: reqwest::Client,
     secret: Arc<str>,
@@ -134,38 +134,47 @@ pub struct NetworkConnection {
     scheme: &'static str,
     target: NodeId,
     node: Node,
+    /// The open stream, if any. Taken out for each call and put back only after a whole
+    /// answer was read, so a call that failed, timed out or was cancelled half-way never
+    /// leaves a stream in the middle of a frame for the next call. (A mutex only because
+    /// openraft wants connections `Sync` and an upgraded connection is not; never contended:
+    /// openraft calls one method at a time.)
+    stream: Mutex<Option<PeerStream>>,
+}
+
+/// An open stream to a peer.
+struct PeerStream {
+    io: BufStream<reqwest::Upgraded>,
+    /// The cluster id presented when the stream was opened: the peer checks it on every
+    /// frame, so a stream opened before this node learnt its id is replaced once it knows it.
+    cluster_id: Option<Uuid>,
+    /// When the last answer arrived (see [`STREAM_REUSE_LIMIT`]).
+    last_used: Instant,
 }
 
 /// Outcome of one RPC, before it is shaped into openraft's error type.
 enum CallError<E> {
     /// The peer could not be reached (connection refused, DNS, ...): openraft backs off.
     Unreachable(Unreachable),
-    /// Anything else on the way (timeout, bad status, undecodable body): retried normally.
+    /// Anything else on the way (timeout, refusal, broken stream, undecodable answer).
     Network(NetworkError),
     /// The peer's Raft answered with an error.
     Remote(RaftError<E>),
 }
 
-/// A transport error described by a message (HTTP status, codec failure).
+/// A transport error described by a message (HTTP status, refusal, codec failure).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct TransportError(String);
 
-/// A short label for a Raft RPC path (metrics).
-fn rpc_name(path: &str) -> &'static str {
-    if path.ends_with("append") {
-        "append"
-    } else if path.ends_with("vote") {
-        "vote"
-    } else {
-        "snapshot"
-    }
+fn network_error<E>(message: String) -> CallError<E> {
+    CallError::Network(NetworkError::new(&TransportError(message)))
 }
 
 impl NetworkConnection {
     async fn call<Req, Resp, E>(
-        &self,
-        path: &str,
+        &mut self,
+        kind: Kind,
         req: &Req,
         timeout: Duration,
     ) -> Result<Resp, CallError<E>>
@@ -175,38 +184,87 @@ impl NetworkConnection {
         E: Error + DeserializeOwned,
     {
         let body = codec::encode(req).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
-        let url = format!("{}://{}{}", self.scheme, self.node.addr, path);
+        let exchanged = match tokio::time::timeout(timeout, self.exchange(kind, &body)).await {
+            Ok(exchanged) => exchanged,
+            Err(_) => Err(network_error(format!(
+                "{} to node {}: no answer within {timeout:?}",
+                kind.name(),
+                self.target
+            ))),
+        };
+        let bytes = exchanged.inspect_err(|_| {
+            metrics::counter!("raftlock_peer_rpc_errors_total", "rpc" => kind.name()).increment(1);
+        })?;
+        let answer: Result<Resp, RaftError<E>> =
+            codec::decode(&bytes).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
+        answer.map_err(CallError::Remote)
+    }
+
+    /// Sends one request frame and reads its answer on the open stream (opening one first if
+    /// there is none, it is stale, or it presented another cluster id).
+    async fn exchange<E>(&mut self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError<E>> {
+        let cluster_id = self.identity.as_ref().and_then(ClusterIdentity::get);
+        let open = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut stream = match open {
+            Some(s) if s.cluster_id == cluster_id && s.last_used.elapsed() < STREAM_REUSE_LIMIT => {
+                s
+            }
+            _ => self.open(cluster_id).await?,
+        };
+        let broken = |e: std::io::Error| {
+            network_error(format!("{} to node {}: {e}", kind.name(), self.target))
+        };
+        write_frame(&mut stream.io, kind as u8, body)
+            .await
+            .map_err(broken)?;
+        let (tag, answer) = read_frame(&mut stream.io, MAX_RPC_BODY)
+            .await
+            .map_err(broken)?;
+        match Status::from_tag(tag) {
+            Some(Status::Answer) => {
+                stream.last_used = Instant::now();
+                *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
+                Ok(answer)
+            }
+            status => Err(network_error(format!(
+                "{} to node {}: {status:?}: {}",
+                kind.name(),
+                self.target,
+                String::from_utf8_lossy(&answer[..answer.len().min(300)])
+            ))),
+        }
+    }
+
+    /// Opens a stream: an HTTP request upgraded to [`STREAM_PROTOCOL`] (through the same client,
+    /// so TLS and its certificates apply unchanged).
+    async fn open<E>(&self, cluster_id: Option<Uuid>) -> Result<PeerStream, CallError<E>> {
+        let url = format!("{}://{}{}", self.scheme, self.node.addr, STREAM_PATH);
         let mut request = self
             .client
-            .post(&url)
-            .header(header::CONTENT_TYPE, OCTET_STREAM)
+            .get(&url)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, STREAM_PROTOCOL)
             .header(CLUSTER_SECRET_HEADER, &*self.secret);
         if let Some(source) = self.source {
             request = request.header(SOURCE_HEADER, source.to_string());
         }
-        if let Some(id) = self.identity.as_ref().and_then(ClusterIdentity::get) {
+        if let Some(id) = cluster_id {
             request = request.header(CLUSTER_ID_HEADER, id.to_string());
         }
-        let res = request
-            .timeout(timeout)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                metrics::counter!("raftlock_peer_rpc_errors_total", "rpc" => rpc_name(path))
-                    .increment(1);
-                transport_error(e)
-            })?;
+        let res = request.send().await.map_err(transport_error)?;
         let status = res.status();
-        let bytes = res.bytes().await.map_err(transport_error)?;
-        if status != reqwest::StatusCode::OK {
+        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let bytes = res.bytes().await.unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-            let msg = format!("{url}: HTTP {status}: {text}");
-            return Err(CallError::Network(NetworkError::new(&TransportError(msg))));
+            return Err(network_error(format!("{url}: HTTP {status}: {text}")));
         }
-        let answer: Result<Resp, RaftError<E>> =
-            codec::decode(&bytes).map_err(|e| CallError::Network(NetworkError::new(&e)))?;
-        answer.map_err(CallError::Remote)
+        let io = res.upgrade().await.map_err(transport_error)?;
+        metrics::counter!("raftlock_peer_streams_opened_total").increment(1);
+        Ok(PeerStream {
+            io: BufStream::new(io),
+            cluster_id,
+            last_used: Instant::now(),
+        })
     }
 
     fn rpc_error<E: Error>(
@@ -237,7 +295,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, crate::typ::RPCError> {
-        self.call(APPEND_PATH, &rpc, option.hard_ttl())
+        self.call(Kind::Append, &rpc, option.hard_ttl())
             .await
             .map_err(|e| self.rpc_error(e))
     }
@@ -247,7 +305,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, crate::typ::RPCError<InstallSnapshotError>> {
-        self.call(SNAPSHOT_PATH, &rpc, option.hard_ttl())
+        self.call(Kind::Snapshot, &rpc, option.hard_ttl())
             .await
             .map_err(|e| self.rpc_error(e))
     }
@@ -257,7 +315,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, crate::typ::RPCError> {
-        self.call(VOTE_PATH, &rpc, option.hard_ttl())
+        self.call(Kind::Vote, &rpc, option.hard_ttl())
             .await
             .map_err(|e| self.rpc_error(e))
     }
@@ -295,12 +353,13 @@ struct Internal {
     identity: Option<ClusterIdentity>,
 }
 
-/// The receiving side of peer RPCs: `POST /internal/raft/{append,vote,snapshot}`, each
-/// checking [`CLUSTER_SECRET_HEADER`] (401 if missing or wrong), decoding the body (400 if it
-/// does not decode) and answering `200` with the codec-encoded `Result<Resp, RaftError>`.
+/// The receiving side of peer RPCs: `GET` [`STREAM_PATH`] upgraded to a peer stream. The
+/// cluster secret is checked before anything else (401 if missing or wrong), the cluster id at
+/// the upgrade (409) and again on every frame; frames are then answered one by one (see
+/// [`crate::peer_stream`]).
 ///
-/// The routes carry their own [`DefaultBodyLimit`] of [`MAX_RPC_BODY`]; merge this router so
-/// that no smaller body-limit layer of the public API wraps it.
+/// Merge this router so that no smaller body-limit or timeout layer of the public API wraps
+/// it: an upgraded stream outlives the request that opened it.
 pub fn internal_router(
     raft: Raft,
     secret: String,
@@ -314,12 +373,8 @@ pub fn internal_router(
         contact,
     });
     Router::new()
-        .route(APPEND_PATH, post(append))
-        .route(VOTE_PATH, post(vote))
-        .route(SNAPSHOT_PATH, post(snapshot))
-        .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
-        // Outermost: refuse a request without the secret before its body is read, so an
-        // unauthenticated caller cannot make the node buffer up to MAX_RPC_BODY.
+        .route(STREAM_PATH, get(open_stream))
+        // Outermost: refuse a request without the secret before anything else.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_secret,
@@ -354,95 +409,145 @@ fn authorized(state: &Internal, headers: &HeaderMap) -> bool {
         .is_some_and(|v| constant_time_eq(v.as_bytes(), state.secret.as_bytes()))
 }
 
-/// Runs one RPC handler: authenticate, decode, call, encode.
-async fn handle<Req, Resp, E, F, Fut>(
+impl Internal {
+    /// Whether a peer presenting `presented` (its cluster id header) may be served now.
+    fn check_identity(&self, presented: Option<&[u8]>) -> Result<(), String> {
+        match &self.identity {
+            Some(identity) => identity.check_peer(presented).map_err(|r| r.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Answers an upgrade request (its secret already checked): `101` and a task serving the
+/// stream, or why not.
+async fn open_stream(
+    State(state): State<Arc<Internal>>,
+    mut req: axum::extract::Request,
+) -> Response {
+    let upgrade = req.headers().get(header::UPGRADE).map(|v| v.as_bytes());
+    if upgrade.is_none_or(|u| !u.eq_ignore_ascii_case(STREAM_PROTOCOL.as_bytes())) {
+        let msg = format!("peer RPCs need Upgrade: {STREAM_PROTOCOL}");
+        return (StatusCode::BAD_REQUEST, msg).into_response();
+    }
+    let presented = req
+        .headers()
+        .get(CLUSTER_ID_HEADER)
+        .map(|v| v.as_bytes().to_vec());
+    if let Err(refusal) = state.check_identity(presented.as_deref()) {
+        return (StatusCode::CONFLICT, refusal).into_response();
+    }
+    let Some(on_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
+        let msg = "this listener cannot upgrade connections";
+        return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let io = BufStream::new(TokioIo::new(upgraded));
+                serve_stream(&state, io, presented.as_deref()).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "peer stream upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, STREAM_PROTOCOL)
+        .body(axum::body::Body::empty())
+        .expect("a static response head is valid")
+}
+
+/// Answers frames until the peer closes the stream, goes idle for [`STREAM_IDLE_TIMEOUT`],
+/// breaks it, or sends a frame that is refused.
+async fn serve_stream<S>(state: &Internal, mut io: BufStream<S>, presented: Option<&[u8]>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    metrics::gauge!("raftlock_peer_streams").increment(1.0);
+    loop {
+        let read = tokio::time::timeout(STREAM_IDLE_TIMEOUT, read_frame(&mut io, MAX_RPC_BODY));
+        let Ok(Ok((tag, body))) = read.await else {
+            break;
+        };
+        let (status, answer) = answer_frame(state, presented, tag, &body).await;
+        if write_frame(&mut io, status as u8, &answer).await.is_err() || status != Status::Answer {
+            break;
+        }
+    }
+    metrics::gauge!("raftlock_peer_streams").decrement(1.0);
+}
+
+/// Runs one request frame through the local Raft.
+async fn answer_frame(
     state: &Internal,
-    headers: &HeaderMap,
+    presented: Option<&[u8]>,
+    tag: u8,
     body: &[u8],
-    call: F,
-) -> Response
+) -> (Status, Vec<u8>) {
+    if let Err(refusal) = state.check_identity(presented) {
+        return (Status::Refused, refusal.into_bytes());
+    }
+    let raft = state.raft.clone();
+    let contact = &state.contact;
+    match Kind::from_tag(tag) {
+        Some(Kind::Append) => {
+            answer(body, |req: AppendEntriesRequest| async move {
+                let answer = raft.append_entries(req).await;
+                if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                    contact.touch();
+                }
+                answer
+            })
+            .await
+        }
+        Some(Kind::Vote) => {
+            answer(body, |req: VoteRequest| async move { raft.vote(req).await }).await
+        }
+        Some(Kind::Snapshot) => {
+            answer(body, |req: InstallSnapshotRequest| async move {
+                let answer = raft.install_snapshot(req).await;
+                if answer.is_ok() {
+                    contact.touch();
+                }
+                answer
+            })
+            .await
+        }
+        None => (
+            Status::Undecodable,
+            format!("unknown peer frame kind {tag}").into_bytes(),
+        ),
+    }
+}
+
+/// Decodes a request, calls the Raft, encodes its answer.
+async fn answer<Req, Resp, E, F, Fut>(body: &[u8], call: F) -> (Status, Vec<u8>)
 where
     Req: DeserializeOwned,
     Resp: Serialize,
     E: Error + Serialize,
-    F: FnOnce(Raft, Req) -> Fut,
+    F: FnOnce(Req) -> Fut,
     Fut: std::future::Future<Output = Result<Resp, RaftError<E>>>,
 {
-    if !authorized(state, headers) {
-        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
-    }
-    if let Some(identity) = &state.identity {
-        let presented = headers.get(CLUSTER_ID_HEADER).map(|v| v.as_bytes());
-        if let Err(refusal) = identity.check_peer(presented) {
-            return (StatusCode::CONFLICT, refusal.to_string()).into_response();
-        }
-    }
     let req: Req = match codec::decode(body) {
         Ok(req) => req,
         Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("undecodable raft rpc: {e}"),
-            )
-                .into_response()
+            let msg = format!("undecodable raft rpc: {e}");
+            return (Status::Undecodable, msg.into_bytes());
         }
     };
-    let answer = call(state.raft.clone(), req).await;
+    let answer = call(req).await;
     match codec::encode(&answer) {
-        Ok(bytes) => ([(header::CONTENT_TYPE, OCTET_STREAM)], bytes).into_response(),
+        Ok(bytes) => (Status::Answer, bytes),
         Err(e) => {
+            // Cannot happen for well-formed openraft types; closing the stream tells the
+            // sender as much as an answer could.
             tracing::error!(error = %e, "encoding raft rpc answer");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "encoding raft rpc answer",
-            )
-                .into_response()
+            let msg = format!("encoding raft rpc answer: {e}");
+            (Status::Undecodable, msg.into_bytes())
         }
     }
-}
-
-async fn append(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    let contact = state.contact.clone();
-    handle(
-        &state,
-        &headers,
-        &body,
-        |raft, req: AppendEntriesRequest| async move {
-            let answer = raft.append_entries(req).await;
-            if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-                contact.touch();
-            }
-            answer
-        },
-    )
-    .await
-}
-
-async fn vote(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(
-        &state,
-        &headers,
-        &body,
-        |raft, req: VoteRequest| async move { raft.vote(req).await },
-    )
-    .await
-}
-
-async fn snapshot(State(state): State<Arc<Internal>>, headers: HeaderMap, body: Bytes) -> Response {
-    let contact = state.contact.clone();
-    handle(
-        &state,
-        &headers,
-        &body,
-        |raft, req: InstallSnapshotRequest| async move {
-            let answer = raft.install_snapshot(req).await;
-            if answer.is_ok() {
-                contact.touch();
-            }
-            answer
-        },
-    )
-    .await
 }
 
 #[cfg(test)]

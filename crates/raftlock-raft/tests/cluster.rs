@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use raftlock_core::{Command, Op};
+use raftlock_raft::peer_stream::{
+    read_frame, write_frame, Kind, Status, STREAM_PATH, STREAM_PROTOCOL,
+};
 use raftlock_raft::{internal_router, open, Network, Raft, SharedState, CLUSTER_SECRET_HEADER};
 use tempfile::TempDir;
 
@@ -146,27 +149,38 @@ async fn three_nodes_replicate_and_a_learner_catches_up_by_snapshot() {
         .await
         .unwrap();
 
-    // Peer routes refuse requests without the right secret.
+    // A peer stream is refused without the right secret or the upgrade, and a frame that
+    // does not decode is answered `Undecodable` (then the stream closes).
     let client = reqwest::Client::new();
-    let url = format!("http://{}/internal/raft/vote", nodes[&1].addr);
-    let res = client.post(&url).body(vec![0u8; 4]).send().await.unwrap();
+    let url = format!("http://{}{}", nodes[&1].addr, STREAM_PATH);
+    let upgrade = |secret: Option<&str>, protocol: &str| {
+        let mut r = client
+            .get(&url)
+            .header("connection", "upgrade")
+            .header("upgrade", protocol);
+        if let Some(secret) = secret {
+            r = r.header(CLUSTER_SECRET_HEADER, secret);
+        }
+        r.send()
+    };
+    let res = upgrade(None, STREAM_PROTOCOL).await.unwrap();
     assert_eq!(res.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let res = client
-        .post(&url)
-        .header(CLUSTER_SECRET_HEADER, "wrong")
-        .body(vec![0u8; 4])
-        .send()
-        .await
-        .unwrap();
+    let res = upgrade(Some("wrong"), STREAM_PROTOCOL).await.unwrap();
     assert_eq!(res.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let res = client
-        .post(&url)
-        .header(CLUSTER_SECRET_HEADER, SECRET)
-        .body(vec![0xffu8; 4])
-        .send()
-        .await
-        .unwrap();
+    let res = upgrade(Some(SECRET), "raftlock-raft/0").await.unwrap();
     assert_eq!(res.status(), reqwest::StatusCode::BAD_REQUEST);
+    let res = upgrade(Some(SECRET), STREAM_PROTOCOL).await.unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::SWITCHING_PROTOCOLS);
+    let mut stream = tokio::io::BufStream::new(res.upgrade().await.unwrap());
+    write_frame(&mut stream, Kind::Vote as u8, &[0xff; 4])
+        .await
+        .unwrap();
+    let (status, _) = read_frame(&mut stream, 1 << 20).await.unwrap();
+    assert_eq!(Status::from_tag(status), Some(Status::Undecodable));
+    assert!(
+        read_frame(&mut stream, 1 << 20).await.is_err(),
+        "then closed"
+    );
 
     for node in nodes.values().chain([&learner]) {
         node.raft.shutdown().await.unwrap();

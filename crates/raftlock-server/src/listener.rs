@@ -10,6 +10,8 @@
 //! - **TLS** (optional, [`crate::tls`]): the handshake runs on the connection's own task
 //!   and must finish within the header-read timeout too; a failed handshake closes the
 //!   connection and is counted in `raftlock_tls_handshake_failures_total`.
+//! - **Upgrades**: a peer opening a Raft stream (`raftlock_raft::peer_stream`) upgrades its
+//!   connection; from then on the stream is the peer router's, outside these limits.
 //! - **Graceful stop**: on SIGTERM/Ctrl-C, stop accepting, let open connections finish their
 //!   requests (bounded by [`DRAIN_TIMEOUT`]), then return.
 
@@ -17,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -42,8 +45,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(max_connections.max(1)));
     let graceful = GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    // HTTP/1 only (no HTTP/2 preface sniffing); `auto` because its upgradeable connection is
+    // the one hyper-util's graceful shutdown can watch.
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
     builder
+        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(true);
@@ -73,7 +79,8 @@ pub async fn serve(
         tokio::spawn(async move {
             let served = match acceptor {
                 None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(conn).await
                 }
                 Some(acceptor) => {
@@ -81,7 +88,8 @@ pub async fn serve(
                         tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(tls)) => {
-                            let conn = builder.serve_connection(TokioIo::new(tls), service);
+                            let conn =
+                                builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
                             watcher.watch(conn).await
                         }
                         Ok(Err(e)) => {

@@ -153,6 +153,16 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Node-to-node requests refused (wrong secret or cluster id), by reason.",
     ),
     (
+        "raftlock_peer_streams_opened_total",
+        Kind::Counter,
+        "Peer streams (kept-open Raft RPC connections) this node opened; grows only when a link breaks or a stream idles out.",
+    ),
+    (
+        "raftlock_peer_streams",
+        Kind::Gauge,
+        "Peer streams this node is serving.",
+    ),
+    (
         "raftlock_wal_fsync_duration_seconds",
         Kind::Histogram,
         "Time to write and fdatasync one batch of log entries.",

@@ -1,0 +1,177 @@
+//! The wire format of peer RPCs: one kept-open stream per peer connection, carrying frames.
+//!
+//! A node opens a stream with `GET` [`STREAM_PATH`] carrying `Connection: upgrade`,
+//! `Upgrade:` [`STREAM_PROTOCOL`], the cluster secret and (once known) the cluster id; the peer
+//! checks them and answers `101 Switching Protocols`. From then on the connection (inside TLS
+//! when peers speak it) carries frames, strictly one request then its answer, so neither side
+//! needs request ids:
+//!
+//! ```text
+//! request = kind   (1 byte: 1 append, 2 vote, 3 snapshot chunk) · length (u32 BE) · body
+//! answer  = status (1 byte: 0 answer, 1 refused, 2 undecodable)  · length (u32 BE) · body
+//! ```
+//!
+//! A request body is the codec-encoded openraft request; an answer body is the codec-encoded
+//! `Result<Response, RaftError>` (status 0) or a message saying why the frame was refused
+//! (after which the receiver closes the stream). openraft 0.9 sends one RPC at a time per
+//! peer connection and awaits its answer, so one stream per connection loses no pipelining.
+//!
+//! Why not one HTTP request per RPC (as before): each cost a request head to write and parse,
+//! routing, the pool's hand-off to a connection task and back, and the secret check, for every
+//! append and heartbeat — measured in `docs/benchmarks.md` (*Peer transport*).
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Path a node asks to upgrade to a peer stream.
+pub const STREAM_PATH: &str = "/internal/raft/stream";
+/// The `Upgrade` protocol token of a peer stream (versioned: a future frame format gets a new
+/// token, and a node that does not know it answers 400 instead of misreading frames).
+pub const STREAM_PROTOCOL: &str = "raftlock-raft/1";
+/// A stream with no request for this long is closed by the receiving node, so streams of a
+/// peer that went away do not pile up.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// A sender opens a new stream instead of reusing one idle this long: far below
+/// [`STREAM_IDLE_TIMEOUT`], so it never writes into a stream the peer is closing.
+pub const STREAM_REUSE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Length of a frame head: the tag byte and the u32 length.
+const HEAD_LEN: usize = 5;
+
+/// What a request frame asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Append = 1,
+    Vote = 2,
+    Snapshot = 3,
+}
+
+impl Kind {
+    /// The kind a request frame's tag names, if any.
+    pub fn from_tag(tag: u8) -> Option<Kind> {
+        match tag {
+            1 => Some(Kind::Append),
+            2 => Some(Kind::Vote),
+            3 => Some(Kind::Snapshot),
+            _ => None,
+        }
+    }
+
+    /// A short label (metrics, errors).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Append => "append",
+            Kind::Vote => "vote",
+            Kind::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// What an answer frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The codec-encoded `Result<Response, RaftError>` of the peer's Raft.
+    Answer = 0,
+    /// Refused (another cluster's id, or none where one is required); the stream then closes.
+    Refused = 1,
+    /// The request did not decode (or named an unknown kind); the stream then closes.
+    Undecodable = 2,
+}
+
+impl Status {
+    /// The status an answer frame's tag names, if any.
+    pub fn from_tag(tag: u8) -> Option<Status> {
+        match tag {
+            0 => Some(Status::Answer),
+            1 => Some(Status::Refused),
+            2 => Some(Status::Undecodable),
+            _ => None,
+        }
+    }
+}
+
+/// Writes one frame and flushes it (one `write` for a small frame behind a buffered stream).
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame body over 4 GiB"))?;
+    let mut head = [0u8; HEAD_LEN];
+    head[0] = tag;
+    head[1..].copy_from_slice(&len.to_be_bytes());
+    w.write_all(&head).await?;
+    w.write_all(body).await?;
+    w.flush().await
+}
+
+/// Reads one frame: its tag and body. A body over `max` bytes is refused before anything is
+/// allocated for it, so a peer cannot make this node buffer more than it accepts.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; HEAD_LEN];
+    r.read_exact(&mut head).await?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes is over the limit of {max}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    Ok((head[0], body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_back_to_back() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, Kind::Vote as u8, b"first")
+            .await
+            .unwrap();
+        write_frame(&mut a, Kind::Append as u8, &[]).await.unwrap();
+        write_frame(&mut a, Status::Refused as u8, &[7u8; 3000])
+            .await
+            .unwrap();
+        assert_eq!(
+            read_frame(&mut b, 4096).await.unwrap(),
+            (2, b"first".to_vec())
+        );
+        assert_eq!(read_frame(&mut b, 4096).await.unwrap(), (1, Vec::new()));
+        assert_eq!(
+            read_frame(&mut b, 4096).await.unwrap(),
+            (1, vec![7u8; 3000])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_limit_is_refused_unread() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, 1, &[0u8; 101]).await.unwrap();
+        let err = read_frame(&mut b, 100).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_inside_a_frame_is_an_error_not_a_short_frame() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&[1, 0, 0, 0, 10, 1, 2, 3]).await.unwrap();
+        drop(a);
+        let err = read_frame(&mut b, 100).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn tags_map_back_to_what_they_name() {
+        for kind in [Kind::Append, Kind::Vote, Kind::Snapshot] {
+            assert_eq!(Kind::from_tag(kind as u8), Some(kind));
+        }
+        for status in [Status::Answer, Status::Refused, Status::Undecodable] {
+            assert_eq!(Status::from_tag(status as u8), Some(status));
+        }
+        assert_eq!(Kind::from_tag(0), None);
+        assert_eq!(Status::from_tag(9), None);
+    }
+}
