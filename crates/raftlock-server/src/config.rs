@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// the kernel's accept queue.
     #[arg(long, env = "RAFTLOCK_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Threads running the node's async work (default: one per CPU). Nodes sharing a machine
+    /// (a dev or test cluster) do better with CPUs ÷ nodes: fewer idle workers to wake per
+    /// request (docs/benchmarks.md, *Peer transport*).
+    #[arg(long, env = "RAFTLOCK_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
     /// A separate address for node-to-node traffic (Raft RPCs, forwarded requests,
     /// hand-off, pre-vote), e.g. 10.0.0.5:7002. When set, `--peers` names these addresses,
     /// the client listener refuses peer traffic, and Raft never queues behind clients (each
@@ -127,6 +132,8 @@ pub struct Config {
     pub max_clock_offset: Duration,
     /// See [`ServeArgs::max_connections`].
     pub max_connections: usize,
+    /// See [`ServeArgs::worker_threads`]; `None`: one per CPU.
+    pub worker_threads: Option<usize>,
     /// See [`ServeArgs::peer_listen`].
     pub peer_listen: Option<String>,
     /// HTTPS for the client API (`--tls-cert`, `--tls-key`).
@@ -189,6 +196,7 @@ impl ServeArgs {
             log: self.log.or(other.log),
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
             max_connections: self.max_connections.or(other.max_connections),
+            worker_threads: self.worker_threads.or(other.worker_threads),
             peer_listen: self.peer_listen.or(other.peer_listen),
             tls_cert: self.tls_cert.or(other.tls_cert),
             tls_key: self.tls_key.or(other.tls_key),
@@ -275,6 +283,7 @@ impl ServeArgs {
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
             max_connections: a.max_connections.unwrap_or(8192),
+            worker_threads: a.worker_threads.filter(|n| *n > 0),
             peer_listen: a.peer_listen,
             client_tls,
             peer_tls,

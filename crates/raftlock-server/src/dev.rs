@@ -94,7 +94,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         ])
         .arg("--data-dir")
         .arg(&dir)
-        .args(["--cluster-secret", &secret, "--platform-token", &platform]);
+        .args(["--cluster-secret", &secret, "--platform-token", &platform])
+        // The nodes share this machine: CPUs ÷ nodes workers each (see `--worker-threads`).
+        .args([
+            "--worker-threads",
+            &workers_per_node(nodes.len()).to_string(),
+        ]);
         if let Some((cert, key)) = &node.cert {
             cmd.args(["--peer-listen", &node.peer_addr])
                 .arg("--tls-cert")
@@ -252,4 +257,10 @@ fn print_banner(urls: &[String], cacert: Option<&std::path::Path>, platform: &st
     );
     println!();
     println!("Ctrl-C stops the cluster (data stays in the data directory).");
+}
+
+/// Worker threads for each of `nodes` nodes sharing this machine: CPUs ÷ nodes, at least 1.
+fn workers_per_node(nodes: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus / nodes.max(1)).max(1)
 }

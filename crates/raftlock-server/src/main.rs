@@ -27,20 +27,26 @@ enum Command {
     Client(raftlock_server::cli::ClientCommand),
 }
 
+/// A multi-threaded runtime with `workers` threads (`None`: one per CPU).
+fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder.enable_all().build()
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     match cli.command {
         Command::Serve(args) => {
             let config = (*args).resolve()?;
             raftlock_server::telemetry::init_logs(&config.log_format, &config.log);
-            runtime.block_on(raftlock_server::serve(config))
+            runtime(config.worker_threads)?.block_on(raftlock_server::serve(config))
         }
         Command::Dev(args) => {
             raftlock_server::telemetry::init_logs("text", "info");
-            runtime.block_on(raftlock_server::dev::run(args))
+            runtime(None)?.block_on(raftlock_server::dev::run(args))
         }
         Command::Certs(args) => raftlock_server::certs::run(args),
         Command::Openapi => {
@@ -50,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Client(cmd) => {
             let filter = std::env::var("RAFTLOCK_CLI_LOG").unwrap_or_else(|_| "off".into());
             raftlock_server::telemetry::init_logs("text", &filter);
+            let runtime = runtime(None)?;
             let code = runtime.block_on(raftlock_server::cli::run(cmd));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             std::process::exit(code)
