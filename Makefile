@@ -9,7 +9,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-primitives bench-core soak clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-primitives bench-cost bench-core soak clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -73,6 +73,10 @@ soak:
 
 bench-primitives:
 	./crates/raftlock-bench/primitives.sh
+
+# CPU time and context switches per acquire, per setting, next to etcd (issue 20).
+bench-cost:
+	./crates/raftlock-bench/cost.sh
 
 bench-core:
 	$(CARGO) bench -p raftlock-core
