@@ -288,6 +288,8 @@ async fn handle(
             *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
             return Ok(r);
         }
+        // A stream's upgrade is not delayed: the delay applies to each of its frames.
+        Rule::Delay(_) if upgrade.is_some() => {}
         Rule::Delay(ms) => {
             stats.delayed.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -340,8 +342,9 @@ async fn handle(
     Ok(reply)
 }
 
-/// Forwards a peer-stream upgrade (its own rule already applied, like any request's; a delay
-/// or a lost answer applies to the frames) and, once both sides are upgraded, relays frames.
+/// Forwards a peer-stream upgrade (its own rule already applied like any request's, except a
+/// delay or a lost answer, which apply to the frames) and, once both sides are upgraded,
+/// relays frames.
 async fn open_stream(
     shared: Arc<Shared>,
     from: Option<u64>,
@@ -564,6 +567,19 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(frame(&mut s, b"late").await, "late");
         assert!(started.elapsed() >= Duration::from_millis(150));
+
+        // A stream opened under a delay is not delayed itself; its frames are, once each.
+        let started = std::time::Instant::now();
+        let mut slow = open(&proxy, 1, 2).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(150),
+            "the upgrade was delayed"
+        );
+        assert_eq!(frame(&mut slow, b"once").await, "once");
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "delayed twice"
+        );
 
         proxy.set(1, 2, Rule::LoseAnswer);
         let before = seen.load(Ordering::Relaxed);

@@ -17,12 +17,24 @@ async fn half_open_connections_neither_block_clients_nor_stay_open() -> Result<(
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
     let term = cluster.view(leader).await.context("view")?["term"].clone();
 
-    // 2,000 connections that send half a request head and then nothing.
+    // 2,000 connections that send half a request head and then nothing; and some that send
+    // nothing at all, or the start (or the whole) of an HTTP/2 preface: the listener speaks
+    // HTTP/1 only, and its header-read timeout must cover a connection that has not begun.
     let mut slow = Vec::new();
-    for _ in 0..2000 {
+    let openings: [&[u8]; 4] = [
+        b"POST /locks/x/lease HTTP/1.1\r\nHost: slow\r\n",
+        b"",
+        b"PR",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ];
+    for i in 0..2060 {
         let mut s = tokio::net::TcpStream::connect(cluster.addr(leader)).await?;
-        s.write_all(b"POST /locks/x/lease HTTP/1.1\r\nHost: slow\r\n")
-            .await?;
+        let opening = if i < 2000 {
+            openings[0]
+        } else {
+            openings[1 + i % 3]
+        };
+        s.write_all(opening).await?;
         slow.push((std::time::Instant::now(), s));
     }
 

@@ -148,9 +148,10 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
 }
 
 /// Raft RPCs ride on kept-open peer streams: hundreds of replicated writes (each several
-/// appends per follower) open no new stream once replication runs.
+/// appends per follower) and linearizable reads (each a read-index confirmation on a
+/// connection openraft makes afresh) open no new stream once replication runs.
 #[tokio::test]
-async fn replication_keeps_its_peer_streams_open_across_writes() -> Result<()> {
+async fn writes_and_reads_reuse_the_open_peer_streams() -> Result<()> {
     let cluster = Cluster::start(3).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
@@ -169,6 +170,20 @@ async fn replication_keeps_its_peer_streams_open_across_writes() -> Result<()> {
         opened(leader).await,
         Some(before),
         "300 writes opened new peer streams"
+    );
+    // Replication, openraft's heartbeat worker and read-index confirmations (the latter two
+    // on connections openraft makes afresh) each take a stream per follower at times, so the
+    // pool grows to what runs at once — a few per follower — and no further. (Before the
+    // pool: 2 new connections per read.) Reads of one project are rate-limited; these stay
+    // under the default limit.
+    for _ in 0..170 {
+        let read = api.read("warm").await?;
+        assert_eq!(read.status, 200, "{read:?}");
+    }
+    let after = opened(leader).await.expect("counted");
+    assert!(
+        after <= 8.0,
+        "{after} peer streams opened for 2 followers by 300 writes and 170 reads"
     );
     for follower in cluster.ids().into_iter().filter(|id| *id != leader) {
         let served = cluster.metric(follower, "raftlock_peer_streams").await;

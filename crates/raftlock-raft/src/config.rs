@@ -4,7 +4,7 @@
 //! Kept here, next to the stores and the network, because the numbers depend on them: the
 //! heartbeat interval is also openraft's deadline for one `append_entries` round trip
 //! (including the follower's fsync), the snapshot chunk timeout must cover sending one chunk
-//! over HTTP, and the entries per append must keep one request under the peers' body limit.
+//! on a peer stream, and the entries per append must keep one frame under the peers' limit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use openraft::{Config, ConfigError, SnapshotPolicy};
 /// instead of receiving a whole snapshot.
 pub const LOGS_KEPT_AFTER_SNAPSHOT: u64 = 1_000;
 /// Timeout for sending one snapshot chunk (3 MiB by default); openraft's 200 ms default is too
-/// tight for an HTTP POST of that size plus the receiver's decode.
+/// tight for a frame of that size plus the receiver's decode.
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 10_000;
 /// Most entries in one `append_entries`: with at most the proposer's batch of ops per entry,
 /// one append stays well under the peers' 256 MiB RPC body limit, even for a follower

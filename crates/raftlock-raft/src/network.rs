@@ -7,6 +7,7 @@
 //! port could rewrite the log) and the cluster id; snapshots travel in chunks (openraft's
 //! default transport), one chunk per frame.
 
+use std::collections::HashMap;
 use std::error::Error;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use futures::FutureExt;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use openraft::error::{InstallSnapshotError, NetworkError, RemoteError, Unreachable};
@@ -23,13 +25,13 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use raftlock_core::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncWrite, BufStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufStream};
 use uuid::Uuid;
 
 use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 use crate::peer_stream::{
-    read_frame, write_frame, Kind, Status, STREAM_IDLE_TIMEOUT, STREAM_PATH, STREAM_PROTOCOL,
-    STREAM_REUSE_LIMIT,
+    read_frame, write_frame, Kind, Status, STREAM_IDLE_TIMEOUT, STREAM_MAX_AGE, STREAM_PATH,
+    STREAM_PROTOCOL, STREAM_REUSE_LIMIT,
 };
 use crate::typ::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -48,10 +50,26 @@ pub const SOURCE_HEADER: &str = "x-raftlock-from";
 /// `append_entries` batch, so the limit never stalls replication.
 pub const MAX_RPC_BODY: usize = 256 * 1024 * 1024;
 
-/// openraft's [`RaftNetworkFactory`]: one [`NetworkConnection`] per peer, all sharing one
-/// HTTP client (and so one connection pool).
+/// Most idle streams kept per peer. One carries replication; the rest serve what runs beside
+/// it (the read-index confirmations of linearizable reads, elections).
+const IDLE_STREAMS_PER_PEER: usize = 8;
+
+/// Bound on opening a stream (connect, TLS, upgrade). It runs apart from the RPC that asked
+/// for it, so a slow open is not lost when that RPC's (heartbeat-sized) deadline passes.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// openraft's [`RaftNetworkFactory`]. openraft makes a [`NetworkConnection`] for each
+/// follower's replication and a fresh one for every election and every read-index
+/// confirmation, so streams are not owned by connections: every connection of this node takes
+/// an idle stream to its peer for one call and gives it back after a whole answer.
 #[derive(Clone)]
 pub struct Network {
+    dialer: Arc<Dialer>,
+}
+
+/// What opening and pooling streams needs: shared by every connection of one [`Network`].
+#[derive(Clone)]
+struct Dialer {
     client: reqwest::Client,
     secret: Arc<str>,
     /// This node's id, sent in [`SOURCE_HEADER`] when set (see [`Network::with_source`]).
@@ -61,49 +79,57 @@ pub struct Network {
     identity: Option<ClusterIdentity>,
     /// `http`, or `https` when the client speaks (mutual) TLS to peers.
     scheme: &'static str,
+    /// Streams not in use, by peer.
+    idle: Arc<Mutex<HashMap<NodeId, Vec<PeerStream>>>>,
 }
 
 impl Network {
-    /// A network presenting `secret` to peers. Plain HTTP with kept-alive connections and
-    /// `TCP_NODELAY`, since heartbeats are small and latency-bound.
+    /// A network presenting `secret` to peers over plain HTTP, `TCP_NODELAY` (heartbeats are
+    /// small and latency-bound).
     pub fn new(secret: impl Into<String>) -> Self {
         let client = reqwest::Client::builder()
             .use_rustls_tls()
             .tcp_nodelay(true)
-            // Below the peers' header-read timeout (10 s), which also closes idle connections.
-            .pool_idle_timeout(Duration::from_secs(5))
             .connect_timeout(Duration::from_secs(1))
             .build()
             .expect("building the reqwest client (rustls) cannot fail");
         Self::with_client(client, secret)
     }
 
-    /// A network using an existing client (e.g. one shared with request forwarding).
+    /// A network opening its streams through an existing client (e.g. one shared with request
+    /// forwarding, configured for TLS).
     pub fn with_client(client: reqwest::Client, secret: impl Into<String>) -> Self {
         Network {
-            client,
-            secret: Arc::from(secret.into()),
-            source: None,
-            identity: None,
-            scheme: "http",
+            dialer: Arc::new(Dialer {
+                client,
+                secret: Arc::from(secret.into()),
+                source: None,
+                identity: None,
+                scheme: "http",
+                idle: Arc::default(),
+            }),
         }
+    }
+
+    fn dialer_mut(&mut self) -> &mut Dialer {
+        Arc::make_mut(&mut self.dialer)
     }
 
     /// Calls peers over `scheme` (`https` for a client configured for mutual TLS).
     pub fn with_scheme(mut self, scheme: &'static str) -> Self {
-        self.scheme = scheme;
+        self.dialer_mut().scheme = scheme;
         self
     }
 
-    /// Sends this node's cluster id on every RPC.
+    /// Presents this node's cluster id whenever it opens a stream.
     pub fn with_identity(mut self, identity: ClusterIdentity) -> Self {
-        self.identity = Some(identity);
+        self.dialer_mut().identity = Some(identity);
         self
     }
 
-    /// Names this node (`id`) in [`SOURCE_HEADER`] on every RPC it sends.
+    /// Names this node (`id`) in [`SOURCE_HEADER`] whenever it opens a stream.
     pub fn with_source(mut self, id: NodeId) -> Self {
-        self.source = Some(id);
+        self.dialer_mut().source = Some(id);
         self
     }
 }
@@ -113,33 +139,18 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
         NetworkConnection {
-            client: self.client.clone(),
-            secret: self.secret.clone(),
-            source: self.source,
-            identity: self.identity.clone(),
-            scheme: self.scheme,
+            dialer: self.dialer.clone(),
             target,
             node: node.clone(),
-            stream: Mutex::new(None),
         }
     }
 }
 
-/// The RPC client for one peer: keeps one [`peer_stream`](crate::peer_stream) open to it.
+/// The RPC client for one peer, on the node's [`peer_stream`](crate::peer_stream)s to it.
 pub struct NetworkConnection {
-    client: reqwest::Client,
-    secret: Arc<str>,
-    source: Option<NodeId>,
-    identity: Option<ClusterIdentity>,
-    scheme: &'static str,
+    dialer: Arc<Dialer>,
     target: NodeId,
     node: Node,
-    /// The open stream, if any. Taken out for each call and put back only after a whole
-    /// answer was read, so a call that failed, timed out or was cancelled half-way never
-    /// leaves a stream in the middle of a frame for the next call. (A mutex only because
-    /// openraft wants connections `Sync` and an upgraded connection is not; never contended:
-    /// openraft calls one method at a time.)
-    stream: Mutex<Option<PeerStream>>,
 }
 
 /// An open stream to a peer.
@@ -148,8 +159,142 @@ struct PeerStream {
     /// The cluster id presented when the stream was opened: the peer checks it on every
     /// frame, so a stream opened before this node learnt its id is replaced once it knows it.
     cluster_id: Option<Uuid>,
+    /// When it was opened (see [`STREAM_MAX_AGE`]).
+    opened: Instant,
     /// When the last answer arrived (see [`STREAM_REUSE_LIMIT`]).
     last_used: Instant,
+}
+
+impl PeerStream {
+    /// Whether the next call may use this stream.
+    fn reusable(&mut self, cluster_id: Option<Uuid>) -> bool {
+        self.cluster_id == cluster_id
+            && self.last_used.elapsed() < STREAM_REUSE_LIMIT
+            && self.opened.elapsed() < STREAM_MAX_AGE
+            && self.still_open()
+    }
+
+    /// Whether the peer has not closed or broken the stream. Between calls nothing is due on
+    /// it, so a read must find nothing yet; end of file (a peer that restarted), an error or
+    /// stray bytes all mean the stream is done. Checked before each use so that a peer's
+    /// restart does not cost the next RPC (an election's vote, say).
+    fn still_open(&mut self) -> bool {
+        self.io.fill_buf().now_or_never().is_none()
+    }
+}
+
+/// Why a stream could not be opened.
+enum OpenError {
+    /// Connection refused, DNS, ...: openraft backs off.
+    Unreachable(Unreachable),
+    /// Anything else (refused upgrade, timeout).
+    Network(NetworkError),
+}
+
+impl<E> From<OpenError> for CallError<E> {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::Unreachable(u) => CallError::Unreachable(u),
+            OpenError::Network(n) => CallError::Network(n),
+        }
+    }
+}
+
+fn open_error(e: reqwest::Error) -> OpenError {
+    if e.is_connect() {
+        OpenError::Unreachable(Unreachable::new(&e))
+    } else {
+        OpenError::Network(NetworkError::new(&e))
+    }
+}
+
+impl Dialer {
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Vec<PeerStream>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle stream to `target` fit for the next call, if any (unfit ones are dropped).
+    fn take_idle(&self, target: NodeId, cluster_id: Option<Uuid>) -> Option<PeerStream> {
+        let mut idle = self.idle();
+        let streams = idle.get_mut(&target)?;
+        while let Some(mut stream) = streams.pop() {
+            if stream.reusable(cluster_id) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    /// Keeps `stream` for the next call to `target` (or closes it if enough are kept).
+    fn put_idle(&self, target: NodeId, stream: PeerStream) {
+        let mut idle = self.idle();
+        let streams = idle.entry(target).or_default();
+        if streams.len() < IDLE_STREAMS_PER_PEER {
+            streams.push(stream);
+        }
+    }
+
+    /// Opens a stream to `target` on a task of its own: if the call waiting for it gives up
+    /// first, the stream is kept for the next call instead of being thrown away half-made.
+    async fn open_detached(
+        self: &Arc<Self>,
+        target: NodeId,
+        addr: &str,
+        cluster_id: Option<Uuid>,
+    ) -> Result<PeerStream, OpenError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (dialer, addr) = (self.clone(), addr.to_string());
+        tokio::spawn(async move {
+            let opened = tokio::time::timeout(OPEN_TIMEOUT, dialer.open(&addr, cluster_id))
+                .await
+                .unwrap_or_else(|_| {
+                    let msg = format!("opening a stream to {addr}: no answer in {OPEN_TIMEOUT:?}");
+                    Err(OpenError::Network(NetworkError::new(&TransportError(msg))))
+                });
+            if let Err(Ok(stream)) = tx.send(opened) {
+                dialer.put_idle(target, stream);
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            let msg = "the stream opener stopped".to_string();
+            Err(OpenError::Network(NetworkError::new(&TransportError(msg))))
+        })
+    }
+
+    /// Opens a stream: an HTTP request upgraded to [`STREAM_PROTOCOL`] (through the same client,
+    /// so TLS and its certificates apply unchanged).
+    async fn open(&self, addr: &str, cluster_id: Option<Uuid>) -> Result<PeerStream, OpenError> {
+        let url = format!("{}://{}{}", self.scheme, addr, STREAM_PATH);
+        let mut request = self
+            .client
+            .get(&url)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, STREAM_PROTOCOL)
+            .header(CLUSTER_SECRET_HEADER, &*self.secret);
+        if let Some(source) = self.source {
+            request = request.header(SOURCE_HEADER, source.to_string());
+        }
+        if let Some(id) = cluster_id {
+            request = request.header(CLUSTER_ID_HEADER, id.to_string());
+        }
+        let res = request.send().await.map_err(open_error)?;
+        let status = res.status();
+        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let bytes = res.bytes().await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+            let msg = format!("{url}: HTTP {status}: {text}");
+            return Err(OpenError::Network(NetworkError::new(&TransportError(msg))));
+        }
+        let io = res.upgrade().await.map_err(open_error)?;
+        metrics::counter!("raftlock_peer_streams_opened_total").increment(1);
+        let now = Instant::now();
+        Ok(PeerStream {
+            io: BufStream::new(io),
+            cluster_id,
+            opened: now,
+            last_used: now,
+        })
+    }
 }
 
 /// Outcome of one RPC, before it is shaped into openraft's error type.
@@ -173,7 +318,7 @@ fn network_error<E>(message: String) -> CallError<E> {
 
 impl NetworkConnection {
     async fn call<Req, Resp, E>(
-        &mut self,
+        &self,
         kind: Kind,
         req: &Req,
         timeout: Duration,
@@ -200,16 +345,19 @@ impl NetworkConnection {
         answer.map_err(CallError::Remote)
     }
 
-    /// Sends one request frame and reads its answer on the open stream (opening one first if
-    /// there is none, it is stale, or it presented another cluster id).
-    async fn exchange<E>(&mut self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError<E>> {
-        let cluster_id = self.identity.as_ref().and_then(ClusterIdentity::get);
-        let open = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let mut stream = match open {
-            Some(s) if s.cluster_id == cluster_id && s.last_used.elapsed() < STREAM_REUSE_LIMIT => {
-                s
+    /// Sends one request frame and reads its answer on an idle stream to the peer (opening
+    /// one if there is none). The stream goes back to the pool only after a whole answer, so
+    /// a call that fails, times out or is cancelled half-way never leaves a stream in the
+    /// middle of a frame for the next call.
+    async fn exchange<E>(&self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError<E>> {
+        let cluster_id = self.dialer.identity.as_ref().and_then(ClusterIdentity::get);
+        let mut stream = match self.dialer.take_idle(self.target, cluster_id) {
+            Some(stream) => stream,
+            None => {
+                self.dialer
+                    .open_detached(self.target, &self.node.addr, cluster_id)
+                    .await?
             }
-            _ => self.open(cluster_id).await?,
         };
         let broken = |e: std::io::Error| {
             network_error(format!("{} to node {}: {e}", kind.name(), self.target))
@@ -223,7 +371,7 @@ impl NetworkConnection {
         match Status::from_tag(tag) {
             Some(Status::Answer) => {
                 stream.last_used = Instant::now();
-                *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
+                self.dialer.put_idle(self.target, stream);
                 Ok(answer)
             }
             status => Err(network_error(format!(
@@ -233,38 +381,6 @@ impl NetworkConnection {
                 String::from_utf8_lossy(&answer[..answer.len().min(300)])
             ))),
         }
-    }
-
-    /// Opens a stream: an HTTP request upgraded to [`STREAM_PROTOCOL`] (through the same client,
-    /// so TLS and its certificates apply unchanged).
-    async fn open<E>(&self, cluster_id: Option<Uuid>) -> Result<PeerStream, CallError<E>> {
-        let url = format!("{}://{}{}", self.scheme, self.node.addr, STREAM_PATH);
-        let mut request = self
-            .client
-            .get(&url)
-            .header(header::CONNECTION, "upgrade")
-            .header(header::UPGRADE, STREAM_PROTOCOL)
-            .header(CLUSTER_SECRET_HEADER, &*self.secret);
-        if let Some(source) = self.source {
-            request = request.header(SOURCE_HEADER, source.to_string());
-        }
-        if let Some(id) = cluster_id {
-            request = request.header(CLUSTER_ID_HEADER, id.to_string());
-        }
-        let res = request.send().await.map_err(transport_error)?;
-        let status = res.status();
-        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-            let bytes = res.bytes().await.unwrap_or_default();
-            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-            return Err(network_error(format!("{url}: HTTP {status}: {text}")));
-        }
-        let io = res.upgrade().await.map_err(transport_error)?;
-        metrics::counter!("raftlock_peer_streams_opened_total").increment(1);
-        Ok(PeerStream {
-            io: BufStream::new(io),
-            cluster_id,
-            last_used: Instant::now(),
-        })
     }
 
     fn rpc_error<E: Error>(
@@ -278,14 +394,6 @@ impl NetworkConnection {
                 RemoteError::new_with_node(self.target, self.node.clone(), r).into()
             }
         }
-    }
-}
-
-fn transport_error<E>(e: reqwest::Error) -> CallError<E> {
-    if e.is_connect() {
-        CallError::Unreachable(Unreachable::new(&e))
-    } else {
-        CallError::Network(NetworkError::new(&e))
     }
 }
 

@@ -14,7 +14,8 @@
 //! A request body is the codec-encoded openraft request; an answer body is the codec-encoded
 //! `Result<Response, RaftError>` (status 0) or a message saying why the frame was refused
 //! (after which the receiver closes the stream). openraft 0.9 sends one RPC at a time per
-//! peer connection and awaits its answer, so one stream per connection loses no pipelining.
+//! connection and awaits its answer, so a stream carries one call at a time and loses no
+//! pipelining; a node keeps a small pool of idle streams per peer for its connections.
 //!
 //! Why not one HTTP request per RPC (as before): each cost a request head to write and parse,
 //! routing, the pool's hand-off to a connection task and back, and the secret check, for every
@@ -36,6 +37,10 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A sender opens a new stream instead of reusing one idle this long: far below
 /// [`STREAM_IDLE_TIMEOUT`], so it never writes into a stream the peer is closing.
 pub const STREAM_REUSE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A sender stops reusing a stream this old, so a renewed certificate or CA (TLS is
+/// negotiated once per stream) reaches replication within this time.
+pub const STREAM_MAX_AGE: Duration = Duration::from_secs(600);
 
 /// Length of a frame head: the tag byte and the u32 length.
 const HEAD_LEN: usize = 5;
@@ -116,8 +121,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Resu
             format!("frame of {len} bytes is over the limit of {max}"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
+    // Grown as bytes arrive rather than allocated whole from the declared length.
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    (&mut *r).take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok((head[0], body))
 }
 

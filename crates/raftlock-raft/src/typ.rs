@@ -67,7 +67,7 @@ pub type RPCError<E = Infallible> = openraft::error::RPCError<NodeId, Node, Raft
 
 /// Answer of a committed and applied `client_write`: its log id and the apply result.
 pub type ClientWriteResponse = openraft::raft::ClientWriteResponse<TypeConfig>;
-/// Peer RPC messages (bodies of the `/internal/raft/*` routes).
+/// Peer RPC messages (bodies of peer-stream frames, see [`crate::peer_stream`]).
 pub type AppendEntriesRequest = openraft::raft::AppendEntriesRequest<TypeConfig>;
 pub type AppendEntriesResponse = openraft::raft::AppendEntriesResponse<NodeId>;
 pub type VoteRequest = openraft::raft::VoteRequest<NodeId>;

@@ -19,12 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::tls::ServerTls;
 
@@ -43,13 +42,12 @@ pub async fn serve(
     tls: Option<Arc<ServerTls>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let permits = Arc::new(Semaphore::new(max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
-    // HTTP/1 only (no HTTP/2 preface sniffing); `auto` because its upgradeable connection is
-    // the one hyper-util's graceful shutdown can watch.
-    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    let max_connections = max_connections.max(1);
+    let permits = Arc::new(Semaphore::new(max_connections));
+    // Flipped to `true` on shutdown: every connection finishes its request and closes.
+    let (stopping, stop) = watch::channel(false);
+    let mut builder = http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(true);
@@ -73,24 +71,18 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let (builder, watcher) = (builder.clone(), graceful.watcher());
+        let (builder, stop) = (builder.clone(), stop.clone());
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         metrics::gauge!("raftlock_http_connections").increment(1.0);
         tokio::spawn(async move {
             let served = match acceptor {
-                None => {
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    watcher.watch(conn).await
-                }
+                None => serve_connection(&builder, TokioIo::new(stream), service, stop).await,
                 Some(acceptor) => {
                     let handshake =
                         tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(tls)) => {
-                            let conn =
-                                builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-                            watcher.watch(conn).await
+                            serve_connection(&builder, TokioIo::new(tls), service, stop).await
                         }
                         Ok(Err(e)) => {
                             metrics::counter!("raftlock_tls_handshake_failures_total").increment(1);
@@ -112,11 +104,35 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    let _ = stopping.send(true);
+    // Every open connection holds a permit until it closes.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_TIMEOUT, permits.acquire_many(all))
         .await
         .is_err()
     {
         tracing::warn!("open requests did not finish within the drain timeout");
     }
     Ok(())
+}
+
+/// Serves one HTTP/1 connection (upgrades allowed: a peer opening a Raft stream) until it
+/// closes, or until `stop` turns `true`; then lets the request in progress finish and closes.
+async fn serve_connection<I>(
+    builder: &http1::Builder,
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), hyper::Error>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = builder.serve_connection(io, service).with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => return served,
+        _ = stop.wait_for(|stopping| *stopping) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    conn.await
 }

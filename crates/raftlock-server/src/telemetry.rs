@@ -155,7 +155,7 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "raftlock_peer_streams_opened_total",
         Kind::Counter,
-        "Peer streams (kept-open Raft RPC connections) this node opened; grows only when a link breaks or a stream idles out.",
+        "Peer streams (kept-open Raft RPC connections) this node opened; grows while the pool fills, then only when a link breaks or a stream idles out or ages.",
     ),
     (
         "raftlock_peer_streams",
