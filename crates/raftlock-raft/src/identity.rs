@@ -1,8 +1,9 @@
 //! Cluster identity: a UUID created when a cluster is initialized and kept by every node in its
 //! data directory (`cluster_id`, a checked file).
 //!
-//! Every peer RPC and forwarded request carries it in [`CLUSTER_ID_HEADER`]. A node that has an
-//! id refuses (409) traffic carrying another id or none, so a reused volume or a restored copy
+//! Every peer stream presents it in [`CLUSTER_ID_HEADER`] when it is opened (and every frame is
+//! checked against it), as does every forwarded request. A node that has an id refuses (409, or
+//! a refused frame on an open stream) traffic carrying another id or none, so a reused volume or a restored copy
 //! of another cluster can never append to, vote in or overwrite this cluster's log. A node
 //! without an id (a fresh or wiped data directory) adopts the id of the first authenticated
 //! peer that contacts it, durably, before it handles the request: that is how it joins.

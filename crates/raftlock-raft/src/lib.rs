@@ -18,7 +18,7 @@
 //! - [`state_machine`]: [`StateMachineStore`], applies committed entries to the core machine,
 //!   builds and persists snapshots, and exposes the applied state to readers.
 //! - [`network`]: [`Network`] (outgoing peer RPCs) and [`internal_router`] (incoming ones).
-//! - [`peer_stream`]: the frames peer RPCs travel in, one kept-open stream per connection.
+//! - [`peer_stream`]: the frames peer RPCs travel in, on kept-open streams pooled per peer.
 //! - [`config`]: [`raft_config`], the one openraft configuration (timing, snapshot policy,
 //!   payload bounds) raftlock runs with.
 //! - [`backup`]: backup files (the state at a committed index) and restoring them into the

@@ -1,8 +1,9 @@
 //! Peer RPCs: [`Network`] sends them, [`internal_router`] receives them.
 //!
-//! Each node keeps one [`peer_stream`](crate::peer_stream) open per openraft connection to a
-//! peer (the replication of each follower, and each election's vote requests): an HTTP request
-//! to `GET /internal/raft/stream` upgraded to length-framed, codec-encoded RPCs. The upgrade
+//! Each node keeps a small pool of [`peer_stream`](crate::peer_stream)s per peer, shared by all
+//! its openraft connections (each follower's replication, every election and read-index
+//! confirmation): an HTTP request to `GET /internal/raft/stream` upgraded to length-framed,
+//! codec-encoded RPCs. The upgrade
 //! carries the cluster secret in [`CLUSTER_SECRET_HEADER`] (without it anyone reaching the
 //! port could rewrite the log) and the cluster id; snapshots travel in chunks (openraft's
 //! default transport), one chunk per frame.
@@ -26,6 +27,7 @@ use raftlock_core::codec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
@@ -54,6 +56,12 @@ pub const MAX_RPC_BODY: usize = 256 * 1024 * 1024;
 /// it (the read-index confirmations of linearizable reads, elections).
 const IDLE_STREAMS_PER_PEER: usize = 8;
 
+/// Most streams to one peer, in use and idle. openraft leaves a read-index confirmation to a
+/// slow follower running after the quorum answered, so a stalled peer would otherwise get a
+/// new stream (a socket here, a task there) for every confirmation; past this cap such calls
+/// fail at once and the quorum is reached without them.
+const STREAMS_PER_PEER: usize = 16;
+
 /// Bound on opening a stream (connect, TLS, upgrade). It runs apart from the RPC that asked
 /// for it, so a slow open is not lost when that RPC's (heartbeat-sized) deadline passes.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -81,6 +89,8 @@ struct Dialer {
     scheme: &'static str,
     /// Streams not in use, by peer.
     idle: Arc<Mutex<HashMap<NodeId, Vec<PeerStream>>>>,
+    /// Per peer, one permit per open stream (see [`STREAMS_PER_PEER`]).
+    slots: Arc<Mutex<HashMap<NodeId, Arc<Semaphore>>>>,
 }
 
 impl Network {
@@ -107,6 +117,7 @@ impl Network {
                 identity: None,
                 scheme: "http",
                 idle: Arc::default(),
+                slots: Arc::default(),
             }),
         }
     }
@@ -156,6 +167,11 @@ pub struct NetworkConnection {
 /// An open stream to a peer.
 struct PeerStream {
     io: BufStream<reqwest::Upgraded>,
+    /// The address it was opened to: a node id re-added at another address must not be
+    /// served by streams to the old one.
+    addr: String,
+    /// Its place under [`STREAMS_PER_PEER`], given back when the stream is dropped.
+    _slot: OwnedSemaphorePermit,
     /// The cluster id presented when the stream was opened: the peer checks it on every
     /// frame, so a stream opened before this node learnt its id is replaced once it knows it.
     cluster_id: Option<Uuid>,
@@ -166,12 +182,17 @@ struct PeerStream {
 }
 
 impl PeerStream {
-    /// Whether the next call may use this stream.
-    fn reusable(&mut self, cluster_id: Option<Uuid>) -> bool {
+    /// Whether the next call to `addr` may use this stream.
+    fn reusable(&mut self, addr: &str, cluster_id: Option<Uuid>) -> bool {
+        self.fresh(addr, cluster_id) && self.still_open()
+    }
+
+    /// [`Self::reusable`] short of asking the socket: for pruning the pool cheaply.
+    fn fresh(&self, addr: &str, cluster_id: Option<Uuid>) -> bool {
         self.cluster_id == cluster_id
+            && self.addr == addr
             && self.last_used.elapsed() < STREAM_REUSE_LIMIT
             && self.opened.elapsed() < STREAM_MAX_AGE
-            && self.still_open()
     }
 
     /// Whether the peer has not closed or broken the stream. Between calls nothing is due on
@@ -213,25 +234,47 @@ impl Dialer {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An idle stream to `target` fit for the next call, if any (unfit ones are dropped).
-    fn take_idle(&self, target: NodeId, cluster_id: Option<Uuid>) -> Option<PeerStream> {
+    /// An idle stream to `target` at `addr` fit for the next call, if any (unfit ones are
+    /// dropped).
+    fn take_idle(
+        &self,
+        target: NodeId,
+        addr: &str,
+        cluster_id: Option<Uuid>,
+    ) -> Option<PeerStream> {
         let mut idle = self.idle();
         let streams = idle.get_mut(&target)?;
         while let Some(mut stream) = streams.pop() {
-            if stream.reusable(cluster_id) {
+            if stream.reusable(addr, cluster_id) {
                 return Some(stream);
             }
         }
         None
     }
 
-    /// Keeps `stream` for the next call to `target` (or closes it if enough are kept).
+    /// Keeps `stream` for the next call to `target` (or closes it if enough are kept), first
+    /// closing kept ones that are no longer fit (idle too long, too old, another address or
+    /// cluster id; one the peer closed is found when taken).
     fn put_idle(&self, target: NodeId, stream: PeerStream) {
         let mut idle = self.idle();
         let streams = idle.entry(target).or_default();
+        let (addr, cluster_id) = (stream.addr.clone(), stream.cluster_id);
+        streams.retain(|kept| kept.fresh(&addr, cluster_id));
         if streams.len() < IDLE_STREAMS_PER_PEER {
             streams.push(stream);
         }
+    }
+
+    /// A place for one more stream to `target`, if it has fewer than [`STREAMS_PER_PEER`].
+    fn slot(&self, target: NodeId) -> Option<OwnedSemaphorePermit> {
+        let semaphore = self
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(target)
+            .or_insert_with(|| Arc::new(Semaphore::new(STREAMS_PER_PEER)))
+            .clone();
+        semaphore.try_acquire_owned().ok()
     }
 
     /// Opens a stream to `target` on a task of its own: if the call waiting for it gives up
@@ -242,10 +285,14 @@ impl Dialer {
         addr: &str,
         cluster_id: Option<Uuid>,
     ) -> Result<PeerStream, OpenError> {
+        let Some(slot) = self.slot(target) else {
+            let msg = format!("{STREAMS_PER_PEER} streams to node {target} are in use");
+            return Err(OpenError::Network(NetworkError::new(&TransportError(msg))));
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (dialer, addr) = (self.clone(), addr.to_string());
         tokio::spawn(async move {
-            let opened = tokio::time::timeout(OPEN_TIMEOUT, dialer.open(&addr, cluster_id))
+            let opened = tokio::time::timeout(OPEN_TIMEOUT, dialer.open(&addr, cluster_id, slot))
                 .await
                 .unwrap_or_else(|_| {
                     let msg = format!("opening a stream to {addr}: no answer in {OPEN_TIMEOUT:?}");
@@ -263,7 +310,12 @@ impl Dialer {
 
     /// Opens a stream: an HTTP request upgraded to [`STREAM_PROTOCOL`] (through the same client,
     /// so TLS and its certificates apply unchanged).
-    async fn open(&self, addr: &str, cluster_id: Option<Uuid>) -> Result<PeerStream, OpenError> {
+    async fn open(
+        &self,
+        addr: &str,
+        cluster_id: Option<Uuid>,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<PeerStream, OpenError> {
         let url = format!("{}://{}{}", self.scheme, addr, STREAM_PATH);
         let mut request = self
             .client
@@ -290,6 +342,8 @@ impl Dialer {
         let now = Instant::now();
         Ok(PeerStream {
             io: BufStream::new(io),
+            addr: addr.to_string(),
+            _slot: slot,
             cluster_id,
             opened: now,
             last_used: now,
@@ -351,7 +405,10 @@ impl NetworkConnection {
     /// middle of a frame for the next call.
     async fn exchange<E>(&self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError<E>> {
         let cluster_id = self.dialer.identity.as_ref().and_then(ClusterIdentity::get);
-        let mut stream = match self.dialer.take_idle(self.target, cluster_id) {
+        let idle = self
+            .dialer
+            .take_idle(self.target, &self.node.addr, cluster_id);
+        let mut stream = match idle {
             Some(stream) => stream,
             None => {
                 self.dialer
@@ -660,7 +717,90 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A peer that upgrades every stream request, then holds the stream until the other side
+    /// closes it — or closes it at once.
+    async fn peer(close_at_once: bool) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let upgrade = move |mut req: axum::extract::Request| async move {
+            let on_upgrade = req.extensions_mut().remove::<OnUpgrade>().unwrap();
+            tokio::spawn(async move {
+                let mut io = TokioIo::new(on_upgrade.await.unwrap());
+                let mut buf = [0u8; 64];
+                while !close_at_once && matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+            Response::builder()
+                .status(StatusCode::SWITCHING_PROTOCOLS)
+                .header(header::CONNECTION, "upgrade")
+                .header(header::UPGRADE, STREAM_PROTOCOL)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let app = Router::new().route(STREAM_PATH, get(upgrade));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    async fn open(dialer: &Arc<Dialer>, target: NodeId, addr: &str) -> Option<PeerStream> {
+        dialer.open_detached(target, addr, None).await.ok()
+    }
+
+    #[tokio::test]
+    async fn the_pool_reuses_only_live_streams_to_the_same_address() {
+        let dialer = Network::new("secret").dialer;
+        let (here, there) = (peer(false).await, peer(false).await);
+        let stream = open(&dialer, 1, &here).await.expect("opened");
+        dialer.put_idle(1, stream);
+        assert!(
+            dialer.take_idle(1, &there, None).is_none(),
+            "node 1 moved: not reused"
+        );
+        let stream = open(&dialer, 1, &here).await.expect("opened");
+        dialer.put_idle(1, stream);
+        let other_cluster = Some(Uuid::from_u128(7));
+        assert!(
+            dialer.take_idle(1, &here, other_cluster).is_none(),
+            "other cluster id"
+        );
+        let stream = open(&dialer, 1, &here).await.expect("opened");
+        dialer.put_idle(1, stream);
+        assert!(dialer.take_idle(1, &here, None).is_some(), "reused");
+
+        // A stream its peer closed (say, the peer restarted) is not reused.
+        let closing = peer(true).await;
+        let mut stream = open(&dialer, 2, &closing).await.expect("opened");
+        let seen_closed = tokio::time::timeout(Duration::from_secs(5), async {
+            while stream.still_open() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        seen_closed.await.expect("the close is seen");
+        dialer.put_idle(2, stream);
+        assert!(dialer.take_idle(2, &closing, None).is_none());
+    }
+
+    #[tokio::test]
+    async fn streams_to_one_peer_are_capped_and_freed_when_dropped() {
+        let dialer = Network::new("secret").dialer;
+        let addr = peer(false).await;
+        let mut held = Vec::new();
+        for _ in 0..STREAMS_PER_PEER {
+            held.push(open(&dialer, 1, &addr).await.expect("under the cap"));
+        }
+        assert!(open(&dialer, 1, &addr).await.is_none(), "over the cap");
+        assert!(
+            open(&dialer, 2, &addr).await.is_some(),
+            "the cap is per peer"
+        );
+        held.pop();
+        assert!(
+            open(&dialer, 1, &addr).await.is_some(),
+            "a dropped stream frees its place"
+        );
+    }
 
     #[test]
     fn constant_time_eq_compares_bytes() {

@@ -1,4 +1,4 @@
-//! The wire format of peer RPCs: one kept-open stream per peer connection, carrying frames.
+//! The wire format of peer RPCs: kept-open streams between nodes, carrying frames.
 //!
 //! A node opens a stream with `GET` [`STREAM_PATH`] carrying `Connection: upgrade`,
 //! `Upgrade:` [`STREAM_PROTOCOL`], the cluster secret and (once known) the cluster id; the peer
