@@ -450,7 +450,19 @@ impl Cluster {
             }
             cluster.spawn(id, &cluster.peers.clone())?;
         }
-        cluster.wait_for_leader(Duration::from_secs(15)).await?;
+        // Set-up, not the subject: generous for a loaded 2-core CI machine running debug
+        // builds, and on failure it says what each node saw (seen once in CI, not locally).
+        if let Err(e) = cluster.wait_for_leader(Duration::from_secs(30)).await {
+            let mut seen = Vec::new();
+            for id in cluster.ids() {
+                let view = cluster.view(id).await;
+                seen.push(format!(
+                    "node {id} running {}: {view:?}",
+                    cluster.is_running(id)
+                ));
+            }
+            bail!("{e}; {}", seen.join("; "));
+        }
         Ok(cluster)
     }
 
