@@ -27,7 +27,7 @@ use raftlock_core::{validate, CoreError, Reply, StateMachine};
 
 use super::errors::ApiError;
 use super::rpc::{core, unexpected, Call, Look, D};
-use super::wait::WaitContext;
+use super::wait::{time_left, WaitContext};
 
 fn wait_group_answer(reply: Reply) -> Result<WaitGroupResponse, ApiError> {
     match reply {
@@ -77,14 +77,9 @@ impl Call {
         look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
     ) -> Result<Option<T>, ApiError> {
         validate::acquire_timeout(timeout_seconds).map_err(core)?;
-        let mut wait = Duration::from_secs(timeout_seconds);
-        // A call forwarded again after a leader change keeps the deadline the node it reached
-        // first fixed (cluster time), rather than starting its timeout over.
-        if let Some(deadline) = ctx.deadline {
-            let now = self.node.read_local(|_, now| now);
-            wait = wait.min(Duration::from_nanos((deadline - now).max(0) as u64));
-        }
-        let until = tokio::time::Instant::now() + wait;
+        let now = self.node.read_local(|_, now| now);
+        let deadline = ctx.ends_at(now, timeout_seconds);
+        let until = tokio::time::Instant::now() + time_left(deadline, now);
         // Registered before the first look (follow_waiter registers again, harmlessly), so an
         // apply between the two is not missed.
         let _early = self.node.waiters.register(topic);

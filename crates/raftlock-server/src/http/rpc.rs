@@ -33,7 +33,7 @@ use super::auth;
 use super::body::{self, PathParam};
 use super::errors::{ApiError, Dialect};
 use super::idempotency::ClientRequestId;
-use super::wait::{new_waiter_id, CancelOnDrop, WaitContext, WaiterGauge};
+use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext, WaiterGauge};
 use crate::node::SharedNode;
 
 pub(super) const D: Dialect = Dialect::Rpc;
@@ -394,10 +394,7 @@ impl Call {
         // Judge the deadline on the state machine's clock (never behind applied time), the
         // clock the replicated queue uses to drop expired waiters.
         let now = self.node.read_local(|_, now| now);
-        let mut deadline = now + r.timeout_seconds as i64 * 1_000_000_000;
-        if let Some(original) = ctx.deadline {
-            deadline = deadline.min(original);
-        }
+        let deadline = ctx.ends_at(now, r.timeout_seconds);
         let wait = (r.timeout_seconds > 0).then(|| WaitSpec {
             waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
             deadline,
@@ -448,7 +445,7 @@ impl Call {
             guard.disarm();
             return Ok(first);
         }
-        let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
+        let remaining = time_left(deadline, now);
         let granted = self
             .wait_in_queue(&r, &spec.waiter_id, tokio::time::Instant::now() + remaining)
             .await?;

@@ -4,8 +4,6 @@
 //! `AcquireLock` waits in a lock's (same waiter identity across forwards and leader changes,
 //! same cancel at the deadline, same cancel when the client goes away).
 
-use std::time::Duration;
-
 use raftlock_api::hierarchy::{
     CreateLockLeaseRequest, EmptyResponse, LeaseRequest, ListLockLeasesRequest,
     ListLockLeasesResponse, LockLeaseResponse, RefreshLockLeaseRequest,
@@ -23,7 +21,7 @@ use raftlock_core::{validate, CoreError, Reply};
 
 use super::errors::ApiError;
 use super::rpc::{core, lease_answer, new_lease_id, unexpected, Call, Look, D};
-use super::wait::{new_waiter_id, CancelOnDrop, WaitContext};
+use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext};
 
 fn semaphore_answer(reply: Reply) -> Result<SemaphoreResponse, ApiError> {
     match reply {
@@ -257,10 +255,7 @@ impl Call {
         }
         // Judged on the state machine's clock, the one the replicated queue drops waiters by.
         let now = self.node.read_local(|_, now| now);
-        let mut deadline = now + r.timeout_seconds as i64 * 1_000_000_000;
-        if let Some(original) = ctx.deadline {
-            deadline = deadline.min(original);
-        }
+        let deadline = ctx.ends_at(now, r.timeout_seconds);
         let spec = WaitSpec {
             waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
             deadline,
@@ -305,8 +300,7 @@ impl Call {
             guard.disarm();
             return Ok(first);
         }
-        let remaining = Duration::from_nanos((deadline - now).max(0) as u64);
-        let until = tokio::time::Instant::now() + remaining;
+        let until = tokio::time::Instant::now() + time_left(deadline, now);
         let granted = self.wait_for_permits(&r, &spec.waiter_id, until).await?;
         let reply = match granted {
             Some(reply) => reply,

@@ -23,6 +23,14 @@ pub struct WaitContext {
 }
 
 impl WaitContext {
+    /// When a wait of `timeout_seconds` starting at `now` ends (cluster-time nanoseconds):
+    /// never later than the deadline fixed where the call first arrived, so a call retried at
+    /// a new leader does not start its timeout over.
+    pub(super) fn ends_at(&self, now: i64, timeout_seconds: u64) -> i64 {
+        let own = now + timeout_seconds as i64 * 1_000_000_000;
+        self.deadline.map_or(own, |original| own.min(original))
+    }
+
     /// For a request that arrived with `hops` hops and asks to wait `wait_secs`.
     pub(super) fn for_request(
         node: &SharedNode,
@@ -52,6 +60,11 @@ impl WaitContext {
             deadline: Some(node.cluster_now() + wait_secs as i64 * 1_000_000_000),
         }
     }
+}
+
+/// The time from `now` to `deadline` (cluster-time nanoseconds), zero once it has passed.
+pub(super) fn time_left(deadline: i64, now: i64) -> std::time::Duration {
+    std::time::Duration::from_nanos((deadline - now).max(0) as u64)
 }
 
 /// A new waiter id: 22 random base62 characters.
