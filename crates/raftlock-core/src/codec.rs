@@ -27,6 +27,26 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(bincode::serde::encode_to_vec(value, config())?)
 }
 
+/// [`encode`] into `buf` (appended after what it holds): a buffer sized beforehand spares
+/// the copies a growing one makes, which for a snapshot of a large state are ~100 MB each.
+pub fn encode_into<T: Serialize>(value: &T, mut buf: Vec<u8>) -> Result<Vec<u8>, CodecError> {
+    bincode::serde::encode_into_std_write(value, &mut buf, config())?;
+    Ok(buf)
+}
+
+/// The encoding of a value whose last field is a byte vector of `bytes_len` bytes and whose
+/// other fields are `head`, up to where those bytes start: this, then the bytes, is exactly
+/// [`encode`] of the whole value. Lets a large byte field be written out where it lies.
+pub fn encode_before_bytes<T: Serialize>(
+    head: &T,
+    bytes_len: usize,
+) -> Result<Vec<u8>, CodecError> {
+    // A byte vector is a sequence: its length as a u64, then one byte per element.
+    let mut out = encode(head)?;
+    out.extend(encode(&(bytes_len as u64))?);
+    Ok(out)
+}
+
 /// Deserializes bytes produced by [`encode`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     let (value, _read) = bincode::serde::decode_from_slice(bytes, config())?;
@@ -45,11 +65,24 @@ pub const MAX_FRAME_PAYLOAD: usize = 1 << 30;
 /// appends and the snapshot and vote files hold, so a torn or rotten write is always detected.
 pub fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
-    let len = (payload.len() as u32).to_le_bytes();
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&frame_checksum(len, payload).to_le_bytes());
+    out.extend_from_slice(&frame_header(&[payload]));
     out.extend_from_slice(payload);
     out
+}
+
+/// The header of a frame whose payload is `parts` one after the other: written before the
+/// parts, it makes the same bytes as [`frame`] of the joined payload, without joining it (a
+/// snapshot's payload is ~100 MB).
+pub fn frame_header(parts: &[&[u8]]) -> [u8; FRAME_HEADER_LEN] {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let len = (total as u32).to_le_bytes();
+    let crc = parts.iter().fold(crc32c::crc32c(&len), |crc, part| {
+        crc32c::crc32c_append(crc, part)
+    });
+    let mut header = [0; FRAME_HEADER_LEN];
+    header[..4].copy_from_slice(&len);
+    header[4..].copy_from_slice(&crc.to_le_bytes());
+    header
 }
 
 /// The CRC32C of the length field and the payload: covering the length means a run of zero
@@ -114,6 +147,32 @@ pub fn read_frame(buf: &[u8], at: usize) -> FrameRead<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Serialize)]
+    struct WithBytes {
+        name: String,
+        at: u64,
+        data: Vec<u8>,
+    }
+
+    #[test]
+    fn a_value_encoded_in_parts_is_the_value_encoded_whole() {
+        for len in [0usize, 1, 250, 251, 70_000] {
+            let value = WithBytes {
+                name: "meta".into(),
+                at: 1 << 40,
+                data: (0..len).map(|i| i as u8).collect(),
+            };
+            let mut parts = encode_before_bytes(&(&value.name, value.at), len).unwrap();
+            let whole = encode(&value).unwrap();
+            let header = frame_header(&[&parts, &value.data]);
+            parts.extend_from_slice(&value.data);
+            assert_eq!(parts, whole, "{len} bytes");
+            assert_eq!(header[..], frame(&whole)[..FRAME_HEADER_LEN], "{len} bytes");
+            let sized = encode_into(&value, Vec::with_capacity(whole.len())).unwrap();
+            assert_eq!(sized, whole);
+        }
+    }
 
     #[test]
     fn frames_round_trip_and_damage_is_detected() {

@@ -142,19 +142,25 @@ impl DirFile for OsFile {
 /// write); synced piece by piece, a WAL sync waits for at most one piece.
 pub const SYNC_CHUNK_BYTES: usize = 1 << 20;
 
-/// Writes `name` so that after any crash it holds either its previous content or `bytes`,
-/// whole: write a temporary file (synced every [`SYNC_CHUNK_BYTES`]), sync it, rename it over
-/// `name`, sync the directory.
-pub fn write_atomically(dir: &dyn Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+/// Writes `name` so that after any crash it holds either its previous content or `parts`
+/// one after the other, whole: write a temporary file (synced every [`SYNC_CHUNK_BYTES`]),
+/// sync it, rename it over `name`, sync the directory. Taking the content in parts lets a
+/// caller write a large value where it lies instead of joining it into one buffer first.
+pub fn write_atomically(dir: &dyn Dir, name: &str, parts: &[&[u8]]) -> io::Result<()> {
     let tmp = format!("{name}{TMP_SUFFIX}");
     let mut file = dir.create(&tmp)?;
-    for chunk in bytes.chunks(SYNC_CHUNK_BYTES) {
-        file.append(chunk)?;
-        file.sync()?;
+    let mut unsynced = 0;
+    for part in parts {
+        for chunk in part.chunks(SYNC_CHUNK_BYTES) {
+            file.append(chunk)?;
+            unsynced += chunk.len();
+            if unsynced >= SYNC_CHUNK_BYTES {
+                file.sync()?;
+                unsynced = 0;
+            }
+        }
     }
-    if bytes.is_empty() {
-        file.sync()?;
-    }
+    file.sync()?;
     drop(file);
     dir.rename(&tmp, name)?;
     dir.sync()

@@ -8,6 +8,7 @@
 //! openraft re-applies the committed log after it.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -64,6 +65,9 @@ struct Shared {
     persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
     /// Calls waiting in hierarchical queues, woken when the machine reports their waiter resolved.
     waiters: Arc<WaiterBoard>,
+    /// Size of the last snapshot built or installed: the next one is encoded into a buffer
+    /// of about this size instead of one that doubles its way up.
+    last_snapshot_bytes: Arc<AtomicUsize>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -153,6 +157,14 @@ pub(crate) fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
     Ok(codec::encode(&(STATE_FORMAT, state))?)
 }
 
+/// [`encode_state`] into a buffer of `expected` bytes and a little more, so a state about the
+/// size of the last snapshot is encoded without the buffer growing (each growth copies all of
+/// it again, and leaves the old one to free).
+fn encode_state_sized(state: &SmData, expected: usize) -> Result<Vec<u8>, BoxError> {
+    let buf = Vec::with_capacity(expected + expected / 16);
+    Ok(codec::encode_into(&(STATE_FORMAT, state), buf)?)
+}
+
 /// Decodes a state written by [`encode_state`], refusing other layouts, with the usage
 /// counts (not encoded) counted again.
 pub(crate) fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
@@ -207,8 +219,17 @@ impl Shared {
         let started = Instant::now();
         let meta = snap.meta.clone();
         metrics::gauge!("raftlock_snapshot_bytes").set(snap.data.len() as f64);
+        self.last_snapshot_bytes
+            .store(snap.data.len(), Ordering::Relaxed);
         let snap = in_snapshot_thread(move || {
-            checked_file::save(&*dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).map(|_| snap)
+            checked_file::save_with_bytes(
+                &*dir,
+                SNAPSHOT_FILE,
+                SNAPSHOT_MAGIC,
+                &snap.meta,
+                &snap.data,
+            )
+            .map(|_| snap)
         })
         .await
         .and_then(|r| r)
@@ -243,6 +264,7 @@ impl StateMachineStore {
             dir,
             persisted: Arc::new(tokio::sync::Mutex::new(None)),
             waiters: Arc::new(WaiterBoard::default()),
+            last_snapshot_bytes: Arc::new(AtomicUsize::new(0)),
         };
         if let Some(snap) = shared.read_snapshot()? {
             *shared.persisted.try_lock().expect("not shared yet") = snap.meta.last_log_id;
@@ -295,8 +317,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .clone();
         metrics::histogram!("raftlock_snapshot_copy_seconds")
             .record(copied.elapsed().as_secs_f64());
+        let expected = self.shared.last_snapshot_bytes.load(Ordering::Relaxed);
         let (data, meta) = in_snapshot_thread(move || {
-            let data = encode_state(&state).map_err(|e| sm_read(&*e))?;
+            let data = encode_state_sized(&state, expected).map_err(|e| sm_read(&*e))?;
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
@@ -482,6 +505,31 @@ mod persist_tests {
             },
             data: encode_state(&SmData::default()).unwrap(),
         }
+    }
+
+    /// The snapshot file is written from the metadata and the state bytes where they lie;
+    /// it must be the very file that saving the whole value writes (what earlier releases
+    /// wrote and every release reads), larger than a sync chunk so the pieces are cut.
+    #[tokio::test]
+    async fn a_snapshot_written_in_pieces_is_the_file_written_whole() {
+        let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
+        let store = StateMachineStore::open(dir.clone(), Limits::default()).unwrap();
+        let mut snap = stored(7);
+        snap.data = (0..3 * crate::fs::SYNC_CHUNK_BYTES + 5)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let whole_dir = SimDir::new();
+        checked_file::save(&whole_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).unwrap();
+        let expected = whole_dir.read(SNAPSHOT_FILE).unwrap().unwrap();
+        store.shared.persist_snapshot(snap).await.unwrap();
+        assert_eq!(dir.read(SNAPSHOT_FILE).unwrap().unwrap(), expected);
+        let back = store.shared.read_snapshot().unwrap().unwrap();
+        assert_eq!(back.meta.snapshot_id, "s7");
+        assert_eq!(back.data.len(), 3 * crate::fs::SYNC_CHUNK_BYTES + 5);
+        assert_eq!(
+            store.shared.last_snapshot_bytes.load(Ordering::Relaxed),
+            back.data.len()
+        );
     }
 
     /// A build of an older state that finishes after an install of a newer snapshot must not
