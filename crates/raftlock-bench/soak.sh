@@ -52,20 +52,25 @@ log "soak: $RATE jobs/s for $MINUTES min"
   --rate "$RATE" --minutes "$MINUTES" --connections "$CONNECTIONS" \
   --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" | tee "$WORK/soak.log"
 
-# Splice the table into docs/benchmarks.md between the markers (appended the first time).
-python3 - "$WORK/soak.md" "$MINUTES" "$RATE" "$HELD" <<'PY'
+# Plot the minutes, then splice table and plot into docs/benchmarks.md between this
+# variant's markers (small state and 1M held are kept side by side; appended the first time).
+VARIANT=$([[ $HELD -gt 0 ]] && echo large || echo small)
+"$BIN/raftlock-bench" soak-plot --table "$WORK/soak.md" --svg "docs/soak-$VARIANT.svg" \
+  --title "make soak: $RATE jobs/s, $HELD locks held, latency per minute"
+python3 - "$WORK/soak.md" "$MINUTES" "$RATE" "$HELD" "$VARIANT" <<'SPLICE'
 import sys, datetime, re
-table, minutes, rate, held = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+table, minutes, rate, held, variant = open(sys.argv[1]).read(), *sys.argv[2:6]
 path = "docs/benchmarks.md"
 doc = open(path).read()
 when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-section = (f"<!-- soak:begin -->\n_`make soak` on {when}: {rate} jobs/s for {minutes} min, "
+begin, end = f"<!-- soak-{variant}:begin -->", f"<!-- soak-{variant}:end -->"
+section = (f"{begin}\n_`make soak` on {when}: {rate} jobs/s for {minutes} min, "
            f"{held} project locks held in the background; latency from each job's scheduled "
-           f"start (open loop)._\n\n{table}<!-- soak:end -->")
-if "<!-- soak:begin -->" in doc:
-    doc = re.sub(r"<!-- soak:begin -->.*?<!-- soak:end -->", lambda _: section, doc, flags=re.S)
+           f"start (open loop)._\n\n![latency per minute](soak-{variant}.svg)\n\n{table}{end}")
+if begin in doc:
+    doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, doc, flags=re.S)
 else:
-    doc = doc.rstrip() + "\n\n## Soak (fixed-rate load, minute by minute)\n\n" + section + "\n"
+    doc = doc.rstrip() + "\n\n" + section + "\n"
 open(path, "w").write(doc)
-PY
-log "wrote the soak table into docs/benchmarks.md"
+SPLICE
+log "wrote the soak table and docs/soak-$VARIANT.svg into docs/benchmarks.md"

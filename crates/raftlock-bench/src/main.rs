@@ -137,6 +137,16 @@ enum Cmd {
         #[arg(long)]
         md: Option<PathBuf>,
     },
+    /// Plots a soak's minutes (the markdown table `soak --md` wrote): p50, p99, p99.9 and max
+    /// per minute, against the goal lines (p99 10 ms, max 100 ms).
+    SoakPlot {
+        #[arg(long)]
+        table: PathBuf,
+        #[arg(long)]
+        svg: PathBuf,
+        #[arg(long)]
+        title: String,
+    },
     Report {
         #[arg(long)]
         results: PathBuf,
@@ -355,8 +365,8 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             eprintln!("soak: {rate} jobs/s for {minutes} min over {connections} connections");
             let table = soak::run(&target, &endpoints, &pids, rate, minutes, connections, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}",
-                    m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.errors,
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}",
+                    m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
                     m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs, m.slow
                 );
             })
@@ -365,6 +375,11 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 std::fs::write(&path, soak::markdown(&table, pids.len()))?;
             }
             Ok(())
+        }
+        Cmd::SoakPlot { table, svg, title } => {
+            let text = std::fs::read_to_string(&table)
+                .with_context(|| format!("reading {}", table.display()))?;
+            report::plot_soak(&text, &svg, &title)
         }
         Cmd::Report {
             results,

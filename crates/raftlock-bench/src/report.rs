@@ -197,6 +197,88 @@ fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The goal lines of the soak plot: p99 and max in every minute (issue 18).
+const SOAK_P99_GOAL_MS: f64 = 10.0;
+const SOAK_MAX_GOAL_MS: f64 = 100.0;
+
+/// One minute of a soak table: minute, then p50, p99, p99.9 and max in ms.
+fn soak_rows(table: &str) -> Vec<(f64, [f64; 4])> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<f64> = line
+                .split('|')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .take(6)
+                .map(|c| c.parse().ok())
+                .collect::<Option<_>>()?;
+            (cells.len() == 6).then(|| (cells[0], [cells[2], cells[3], cells[4], cells[5]]))
+        })
+        .collect()
+}
+
+/// Draws the minutes of a soak table (as `soak --md` writes it) on a log scale, with the
+/// goal lines, into `svg`.
+pub fn plot_soak(table: &str, svg: &Path, title: &str) -> anyhow::Result<()> {
+    let rows = soak_rows(table);
+    anyhow::ensure!(!rows.is_empty(), "no minutes in the soak table");
+    let last = rows.iter().map(|r| r.0).fold(1.0, f64::max);
+    let hi = rows.iter().map(|r| r.1[3]).fold(SOAK_MAX_GOAL_MS, f64::max);
+    let lo = rows.iter().map(|r| r.1[0]).fold(1.0, f64::min).max(0.05);
+    let root = SVGBackend::new(svg, (900, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(52)
+        .build_cartesian_2d(0.5f64..last + 0.5, (lo / 1.5..hi * 2.0).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("minute")
+        .y_desc("latency ms (from the scheduled start)")
+        .label_style(("sans-serif", 11))
+        .draw()?;
+    let lines = [
+        ("p50", GREEN),
+        ("p99", BLUE),
+        ("p99.9", MAGENTA),
+        ("max", RED),
+    ];
+    for (i, (name, color)) in lines.into_iter().enumerate() {
+        let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.0, r.1[i].max(lo))).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color));
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 2, color.filled())))?;
+    }
+    for (goal, label, color) in [
+        (SOAK_P99_GOAL_MS, "p99 goal", BLUE),
+        (SOAK_MAX_GOAL_MS, "max goal", RED),
+    ] {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.5, goal), (last + 0.5, goal)],
+                6,
+                4,
+                color.mix(0.6).stroke_width(1),
+            ))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.mix(0.6)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 11))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 pub fn write(
     results: &Path,
     md: &Path,
@@ -243,4 +325,20 @@ from first attempt to release for 3).\n\n{}\n{}\n![throughput and p99 against co
     std::fs::write(md, new).with_context(|| format!("writing {}", md.display()))?;
     print!("{}", table(&m));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soak_rows_are_read_from_the_table_and_the_header_is_skipped() {
+        let table = "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors |\n\
+                     | --- | --- | --- | --- | --- | --- | --- |\n\
+                     | 1 | 5000 | 1.26 | 4.18 | 10.04 | 25.9 | 0 |\n\
+                     | 2 | 4999 | 1.38 | 6.45 | 11.70 | 25.7 | 0 |\n";
+        let rows = soak_rows(table);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1], (2.0, [1.38, 6.45, 11.70, 25.7]));
+    }
 }

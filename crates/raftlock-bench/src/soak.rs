@@ -41,6 +41,11 @@ pub struct Minute {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// The longest a job waited for a connection to take it up (see [`Window`]).
+    pub max_queued_ms: f64,
+    /// The latest this generator's scheduler woke for a job's start: a stall of the load
+    /// generator itself (it shares the machine), not of the cluster.
+    pub max_late_ms: f64,
     /// Per node, in `endpoints` order.
     pub rss_mib: Vec<f64>,
     pub leader_changes: f64,
@@ -64,6 +69,9 @@ pub const STALL_SOURCES: &[(&str, &str)] = &[
 struct Window {
     latencies_us: Vec<u64>,
     errors: usize,
+    /// The longest a job waited between its scheduled start and a connection taking it up:
+    /// tells a stall of every connection (or of this generator) from one slow request.
+    max_queued_us: u64,
 }
 
 fn quantile(sorted: &[u64], q: f64) -> f64 {
@@ -102,6 +110,23 @@ async fn counters(endpoints: &[String]) -> Vec<f64> {
     values
 }
 
+/// Waits (at most 10 s) until each node has seen a leader. A node counts its first known
+/// leader as a leader change; on a cluster that just formed, a follower may learn of the
+/// leader after the baseline is taken, and minute 1 would report that as a change.
+async fn until_every_node_knows_a_leader(endpoints: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let texts = scrape(endpoints).await;
+        let knows = |text: &String| {
+            series_sum(std::slice::from_ref(text), "raftlock_leader_changes_total") >= 1.0
+        };
+        if texts.iter().all(knows) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Runs the soak; `on_minute` sees each minute as it completes.
 pub async fn run(
     target: &Target,
@@ -120,11 +145,13 @@ pub async fn run(
         let (target, window, rx) = (target.clone(), window.clone(), rx.clone());
         tokio::spawn(async move { work(worker, target, window, rx).await });
     }
+    until_every_node_knows_a_leader(endpoints).await;
     let start = Instant::now();
     let mut before = counters(endpoints).await;
     let mut results = Vec::new();
     let mut seq = 0u64;
     for minute in 1..=minutes {
+        let mut late_us = 0;
         let minute_end = start + Duration::from_secs(60 * minute as u64);
         // Schedule this minute's jobs at their exact times.
         loop {
@@ -133,6 +160,7 @@ pub async fn run(
                 break;
             }
             tokio::time::sleep_until(due.into()).await;
+            late_us = late_us.max(micros(due));
             if tx
                 .try_send(Job {
                     scheduled: due,
@@ -157,6 +185,8 @@ pub async fn run(
             p99_ms: quantile(&lat, 0.99),
             p999_ms: quantile(&lat, 0.999),
             max_ms: lat.last().map_or(0.0, |v| *v as f64 / 1000.0),
+            max_queued_ms: taken.max_queued_us as f64 / 1000.0,
+            max_late_ms: late_us as f64 / 1000.0,
             rss_mib: pids.iter().map(|p| rss_mib(*p)).collect(),
             leader_changes: after[0] - before[0],
             snapshots: after[1] - before[1],
@@ -184,14 +214,25 @@ async fn work(
         let Some(job) = jobs.lock().await.recv().await else {
             return;
         };
+        let queued = micros(job.scheduled);
         let mut latencies = Vec::with_capacity(3);
         let ok = if job.seq % 2 == 0 {
             project_job(&mut c, worker, job, &token, &mut latencies).await
         } else {
             hier_job(&mut c, worker, job, &mut lease, &mut latencies).await
         };
+        if std::env::var_os("SOAK_TRACE_SLOW").is_some() && latencies.iter().any(|l| *l > 100_000) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64();
+            eprintln!(
+                "[slow] at {now:.3} worker {worker} queued {queued} us latencies {latencies:?}"
+            );
+        }
         let mut w = window.lock().await;
         w.latencies_us.extend(latencies);
+        w.max_queued_us = w.max_queued_us.max(queued);
         w.errors += usize::from(!ok);
     }
 }

@@ -3,6 +3,15 @@
 //! command-line client (`raftlock_server::cli`).
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of glibc's malloc. A node frees a whole log's worth of entries (tens of
+/// thousands of small allocations) after each snapshot; under glibc those frees consolidate
+/// and lock the arena the request path allocates from, and with 1M locks held that stalled
+/// every request for 100–300 ms once a snapshot (seen in `make soak` and in `perf`:
+/// `malloc_consolidate`, `__lll_lock_wait_private`). mimalloc frees into per-thread pages
+/// and hands memory back to the OS by itself (docs/benchmarks.md, *Soak*).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use raftlock_server::config::ServeArgs;
 use raftlock_server::dev::DevArgs;
 
