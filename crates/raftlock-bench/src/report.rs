@@ -128,6 +128,26 @@ fn spread(m: &BTreeMap<Key, Agg>) -> String {
     out
 }
 
+/// The legend of a plot: the series' names in a framed box at `position`.
+fn draw_legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(("sans-serif", 11))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    Ok(())
+}
+
+/// A series' sample in the legend: a short line in its colour.
+fn legend_line<S: Into<ShapeStyle>>((x, y): (i32, i32), style: S) -> PathElement<(i32, i32)> {
+    PathElement::new(vec![(x, y), (x + 14, y)], style)
+}
+
 fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
     let ws: Vec<&str> = workloads::ALL
         .iter()
@@ -181,16 +201,10 @@ fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
                 chart
                     .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
                     .label(name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color));
+                    .legend(move |at| legend_line(at, color));
                 chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .label_font(("sans-serif", 11))
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.8))
-                .draw()?;
+            draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         }
     }
     root.present()?;
@@ -251,7 +265,7 @@ pub fn plot_soak(table: &str, svg: &Path, title: &str) -> anyhow::Result<()> {
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color));
+            .legend(move |at| legend_line(at, color));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 2, color.filled())))?;
     }
     for (goal, label, color) in [
@@ -266,15 +280,9 @@ pub fn plot_soak(table: &str, svg: &Path, title: &str) -> anyhow::Result<()> {
                 color.mix(0.6).stroke_width(1),
             ))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.mix(0.6)));
+            .legend(move |at| legend_line(at, color.mix(0.6)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 11))
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }

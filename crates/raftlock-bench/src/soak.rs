@@ -210,6 +210,9 @@ async fn work(
     let mut c = target.conn();
     let token = uuid::Uuid::new_v4().to_string();
     let mut lease: Option<(String, Instant)> = None;
+    // Read once: the environment is locked and copied on each read, and this loop is the
+    // generator's hot path.
+    let trace_slow = std::env::var_os("SOAK_TRACE_SLOW").is_some();
     loop {
         let Some(job) = jobs.lock().await.recv().await else {
             return;
@@ -221,7 +224,7 @@ async fn work(
         } else {
             hier_job(&mut c, worker, job, &mut lease, &mut latencies).await
         };
-        if std::env::var_os("SOAK_TRACE_SLOW").is_some() && latencies.iter().any(|l| *l > 100_000) {
+        if trace_slow && latencies.iter().any(|l| *l > 100_000) {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()

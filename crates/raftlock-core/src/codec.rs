@@ -76,19 +76,19 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 pub fn frame_header(parts: &[&[u8]]) -> [u8; FRAME_HEADER_LEN] {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let len = (total as u32).to_le_bytes();
-    let crc = parts.iter().fold(crc32c::crc32c(&len), |crc, part| {
-        crc32c::crc32c_append(crc, part)
-    });
     let mut header = [0; FRAME_HEADER_LEN];
     header[..4].copy_from_slice(&len);
-    header[4..].copy_from_slice(&crc.to_le_bytes());
+    header[4..].copy_from_slice(&frame_checksum(len, parts).to_le_bytes());
     header
 }
 
-/// The CRC32C of the length field and the payload: covering the length means a run of zero
-/// bytes (a page the disk never wrote) is not a valid empty frame.
-fn frame_checksum(len: [u8; 4], payload: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&len), payload)
+/// The CRC32C of the length field and the payload (given in `parts`, one after the other):
+/// covering the length means a run of zero bytes (a page the disk never wrote) is not a
+/// valid empty frame.
+fn frame_checksum(len: [u8; 4], parts: &[&[u8]]) -> u32 {
+    parts.iter().fold(crc32c::crc32c(&len), |crc, part| {
+        crc32c::crc32c_append(crc, part)
+    })
 }
 
 /// What [`read_frame`] found at an offset.
@@ -132,7 +132,7 @@ pub fn read_frame(buf: &[u8], at: usize) -> FrameRead<'_> {
             len: Some(len),
         };
     };
-    if frame_checksum(rest[0..4].try_into().expect("4 bytes"), payload) != crc {
+    if frame_checksum(rest[0..4].try_into().expect("4 bytes"), &[payload]) != crc {
         return FrameRead::Bad {
             reason: "frame checksum mismatch",
             len: Some(len),

@@ -3,6 +3,8 @@
 //! command-line client (`raftlock_server::cli`).
 
 use clap::{Parser, Subcommand};
+use raftlock_server::config::ServeArgs;
+use raftlock_server::dev::DevArgs;
 
 /// mimalloc instead of glibc's malloc. A node frees a whole log's worth of entries (tens of
 /// thousands of small allocations) after each snapshot; under glibc those frees consolidate
@@ -13,8 +15,6 @@ use clap::{Parser, Subcommand};
 /// requests/s with 1M locks held, max ≤ 96 ms in every minute).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use raftlock_server::config::ServeArgs;
-use raftlock_server::dev::DevArgs;
 
 #[derive(Parser)]
 #[command(name = "raftlock", version, about = "Raft-replicated lock service")]
