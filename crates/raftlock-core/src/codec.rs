@@ -27,11 +27,67 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(bincode::serde::encode_to_vec(value, config())?)
 }
 
-/// [`encode`] into `buf` (appended after what it holds): a buffer sized beforehand spares
-/// the copies a growing one makes, which for a snapshot of a large state are ~100 MB each.
-pub fn encode_into<T: Serialize>(value: &T, mut buf: Vec<u8>) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_into_std_write(value, &mut buf, config())?;
-    Ok(buf)
+/// [`encode`] into `out` as it goes, never holding the whole encoding (a snapshot of a large
+/// state is ~100 MB); returns its length.
+pub fn encode_to_writer<T: Serialize>(
+    value: &T,
+    out: &mut impl std::io::Write,
+) -> Result<usize, CodecError> {
+    Ok(bincode::serde::encode_into_std_write(value, out, config())?)
+}
+
+/// The length and CRC32C of [`encode`] of `value`, computed without keeping the bytes: with
+/// them a frame header can be written before the value is encoded again straight into a file.
+pub fn encoded_len_and_checksum<T: Serialize>(value: &T) -> Result<(usize, u32), CodecError> {
+    let mut sink = Checksummed::new(std::io::sink());
+    encode_to_writer(value, &mut sink)?;
+    Ok((sink.len(), sink.checksum()))
+}
+
+/// A writer that passes bytes on and keeps their count and CRC32C.
+pub struct Checksummed<W> {
+    inner: W,
+    len: usize,
+    crc: u32,
+}
+
+impl<W> Checksummed<W> {
+    /// Nothing written yet.
+    pub fn new(inner: W) -> Self {
+        Checksummed {
+            inner,
+            len: 0,
+            crc: 0,
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The CRC32C of the bytes written so far.
+    pub fn checksum(&self) -> u32 {
+        self.crc
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        self.len += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The encoding of a value whose last field is a byte vector of `bytes_len` bytes and whose
@@ -80,6 +136,26 @@ pub fn frame_header(parts: &[&[u8]]) -> [u8; FRAME_HEADER_LEN] {
     header[..4].copy_from_slice(&len);
     header[4..].copy_from_slice(&frame_checksum(len, parts).to_le_bytes());
     header
+}
+
+/// The header of a frame whose payload is `head` followed by `tail_len` bytes with CRC32C
+/// `tail_crc` ([`Checksummed`]): [`frame_header`] for a payload whose tail is not in memory.
+/// `None` if the payload is larger than a frame may be ([`MAX_FRAME_PAYLOAD`]).
+pub fn frame_header_with_tail(
+    head: &[u8],
+    tail_len: usize,
+    tail_crc: u32,
+) -> Option<[u8; FRAME_HEADER_LEN]> {
+    let total = head.len().checked_add(tail_len)?;
+    if total > MAX_FRAME_PAYLOAD {
+        return None;
+    }
+    let len = (total as u32).to_le_bytes();
+    let crc = crc32c::crc32c_combine(frame_checksum(len, &[head]), tail_crc, tail_len);
+    let mut header = [0; FRAME_HEADER_LEN];
+    header[..4].copy_from_slice(&len);
+    header[4..].copy_from_slice(&crc.to_le_bytes());
+    Some(header)
 }
 
 /// The CRC32C of the length field and the payload (given in `parts`, one after the other):
@@ -169,8 +245,23 @@ mod tests {
             parts.extend_from_slice(&value.data);
             assert_eq!(parts, whole, "{len} bytes");
             assert_eq!(header[..], frame(&whole)[..FRAME_HEADER_LEN], "{len} bytes");
-            let sized = encode_into(&value, Vec::with_capacity(whole.len())).unwrap();
-            assert_eq!(sized, whole);
+            let mut streamed = Vec::new();
+            assert_eq!(
+                encode_to_writer(&value, &mut streamed).unwrap(),
+                whole.len()
+            );
+            assert_eq!(streamed, whole);
+            let (data_len, data_crc) = encoded_len_and_checksum(&value.data).unwrap();
+            let data_encoding = encode(&value.data).unwrap();
+            assert_eq!(data_len, data_encoding.len());
+            assert_eq!(data_crc, crc32c::crc32c(&data_encoding));
+            let head = encode(&(&value.name, value.at)).unwrap();
+            let tail = &whole[head.len()..];
+            assert_eq!(
+                frame_header_with_tail(&head, tail.len(), crc32c::crc32c(tail)),
+                Some(header),
+                "{len} bytes"
+            );
         }
     }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::fs::{write_atomically, Dir};
+use crate::fs::{write_atomically, write_atomically_with, Dir};
 
 /// Format number of every checked file this release writes; bump it when a layout changes.
 pub const FILE_FORMAT: u32 = 1;
@@ -44,6 +44,45 @@ pub fn save_with_bytes<T: Serialize>(
     let before = codec::encode_before_bytes(head, bytes.len())
         .map_err(|e| StoreError::corrupt(dir.describe(name), 0, e.to_string()))?;
     write_payload(dir, name, magic, &[&before, bytes])
+}
+
+/// Writes to `name`, durably and atomically, a value made of the fields `head` followed by a
+/// last field holding the encoding of `tail` (like [`save_with_bytes`] with the bytes of
+/// `codec::encode(tail)`), encoding `tail` straight into the file: a snapshot of a large
+/// state never sits in memory encoded. `tail_len` and `tail_crc` are that encoding's length
+/// and CRC32C ([`codec::encoded_len_and_checksum`]), needed up front for the headers; if
+/// `tail` encodes to anything else this time, the write fails and `name` is left as it was.
+pub fn save_streamed<T: Serialize, U: Serialize>(
+    dir: &dyn Dir,
+    name: &str,
+    magic: &[u8; 8],
+    head: &T,
+    tail: &U,
+    (tail_len, tail_crc): (usize, u32),
+) -> Result<(), StoreError> {
+    let refused = |reason: String| StoreError::corrupt(dir.describe(name), 0, reason);
+    let before = codec::encode_before_bytes(head, tail_len).map_err(|e| refused(e.to_string()))?;
+    let header = codec::frame_header_with_tail(&before, tail_len, tail_crc).ok_or_else(|| {
+        refused(format!(
+            "a value of {tail_len} bytes is larger than a file holds ({} bytes)",
+            codec::MAX_FRAME_PAYLOAD
+        ))
+    })?;
+    write_atomically_with(dir, name, |out| {
+        out.write_all(magic)?;
+        out.write_all(&FILE_FORMAT.to_le_bytes())?;
+        out.write_all(&header)?;
+        out.write_all(&before)?;
+        let mut checked = codec::Checksummed::new(out);
+        codec::encode_to_writer(tail, &mut checked).map_err(std::io::Error::other)?;
+        if (checked.len(), checked.checksum()) != (tail_len, tail_crc) {
+            return Err(std::io::Error::other(
+                "the value encoded differently the second time",
+            ));
+        }
+        Ok(())
+    })
+    .map_err(|e| StoreError::io(dir.describe(name), e))
 }
 
 /// The file: magic, format, then one frame whose payload is `payload` joined.

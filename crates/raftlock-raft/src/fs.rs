@@ -20,6 +20,19 @@ pub trait Dir: Send + Sync + 'static {
     fn list(&self) -> io::Result<Vec<String>>;
     /// The whole content of `name`, or `None` if it does not exist.
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    /// `len` bytes of `name` from `offset` (what the process wrote, synced or not). A missing
+    /// file or a range past its end is an error. The default reads the whole file: enough for
+    /// test directories; a real one reads only the range.
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let whole = self
+            .read(name)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        whole
+            .get(start..start.saturating_add(len))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, name.to_string()))
+    }
     /// Creates `name` empty (truncating it if it exists), open for appending.
     fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>>;
     /// Opens an existing `name` for appending at its end.
@@ -79,6 +92,13 @@ impl Dir for OsDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn read_range(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len];
+        File::open(self.path(name))?.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
     }
 
     fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
@@ -143,27 +163,69 @@ impl DirFile for OsFile {
 pub const SYNC_CHUNK_BYTES: usize = 1 << 20;
 
 /// Writes `name` so that after any crash it holds either its previous content or `parts`
-/// one after the other, whole: write a temporary file (synced every [`SYNC_CHUNK_BYTES`]),
-/// sync it, rename it over `name`, sync the directory. Taking the content in parts lets a
-/// caller write a large value where it lies instead of joining it into one buffer first.
+/// one after the other, whole (see [`write_atomically_with`]). Taking the content in parts
+/// lets a caller write a large value where it lies instead of joining it into one buffer.
 pub fn write_atomically(dir: &dyn Dir, name: &str, parts: &[&[u8]]) -> io::Result<()> {
+    write_atomically_with(dir, name, |out| {
+        parts.iter().try_for_each(|part| out.write_all(part))
+    })
+}
+
+/// Writes `name` so that after any crash it holds either its previous content or whatever
+/// `write` writes, whole: `write` fills a temporary file (synced every [`SYNC_CHUNK_BYTES`]),
+/// which is synced and renamed over `name`, then the directory is synced. If `write` fails,
+/// `name` is left as it was. Writing as it goes lets a caller encode a large value straight
+/// into the file.
+pub fn write_atomically_with(
+    dir: &dyn Dir,
+    name: &str,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let tmp = format!("{name}{TMP_SUFFIX}");
-    let mut file = dir.create(&tmp)?;
-    let mut unsynced = 0;
-    for part in parts {
-        for chunk in part.chunks(SYNC_CHUNK_BYTES) {
-            file.append(chunk)?;
-            unsynced += chunk.len();
-            if unsynced >= SYNC_CHUNK_BYTES {
-                file.sync()?;
-                unsynced = 0;
-            }
-        }
-    }
+    let mut out = ChunkedWriter {
+        file: dir.create(&tmp)?,
+        buf: Vec::with_capacity(SYNC_CHUNK_BYTES),
+    };
+    write(&mut out)?;
+    out.write_chunk()?;
+    let ChunkedWriter { mut file, .. } = out;
     file.sync()?;
     drop(file);
     dir.rename(&tmp, name)?;
     dir.sync()
+}
+
+/// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced.
+struct ChunkedWriter {
+    file: Box<dyn DirFile>,
+    /// What is not yet appended: less than a chunk between writes.
+    buf: Vec<u8>,
+}
+
+impl ChunkedWriter {
+    fn write_chunk(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.file.append(&self.buf)?;
+        self.buf.clear();
+        self.file.sync()
+    }
+}
+
+impl Write for ChunkedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(SYNC_CHUNK_BYTES - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == SYNC_CHUNK_BYTES {
+            self.write_chunk()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Suffix of the temporary files [`write_atomically`] renames into place; leftovers of a crash

@@ -8,7 +8,6 @@
 //! openraft re-applies the committed log after it.
 
 use std::io::Cursor;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -52,6 +51,42 @@ pub(crate) struct StoredSnapshot {
     pub(crate) data: Vec<u8>,
 }
 
+/// What a snapshot file is written from.
+enum SnapshotBody {
+    /// The encoded state, as a leader sent it.
+    Encoded(Vec<u8>),
+    /// A copy of the applied state, encoded straight into the file: a snapshot of a large
+    /// state (~100 MB encoded) is never held encoded in memory, which is most of a node's
+    /// memory swing when it builds one.
+    State(Box<SmData>),
+}
+
+impl SnapshotBody {
+    /// Writes the snapshot file of `meta` with this body; returns the encoded state's size.
+    fn write(self, dir: &dyn Dir, meta: &SnapshotMeta) -> Result<usize, StoreError> {
+        match self {
+            SnapshotBody::Encoded(data) => {
+                checked_file::save_with_bytes(dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, meta, &data)?;
+                Ok(data.len())
+            }
+            SnapshotBody::State(state) => {
+                let (len, crc) = encoded_state_len_and_checksum(&state).map_err(|e| {
+                    StoreError::corrupt(dir.describe(SNAPSHOT_FILE), 0, e.to_string())
+                })?;
+                checked_file::save_streamed(
+                    dir,
+                    SNAPSHOT_FILE,
+                    SNAPSHOT_MAGIC,
+                    meta,
+                    &(STATE_FORMAT, &*state),
+                    (len, crc),
+                )?;
+                Ok(len)
+            }
+        }
+    }
+}
+
 /// Storage shared by the state machine and its snapshot builders.
 #[derive(Clone)]
 struct Shared {
@@ -65,9 +100,6 @@ struct Shared {
     persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
     /// Calls waiting in hierarchical queues, woken when the machine reports their waiter resolved.
     waiters: Arc<WaiterBoard>,
-    /// Size of the last snapshot built or installed: the next one is encoded into a buffer
-    /// of about this size instead of one that doubles its way up.
-    last_snapshot_bytes: Arc<AtomicUsize>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -75,9 +107,6 @@ pub struct StateMachineStore {
     shared: Shared,
 }
 
-fn sm_read(e: &dyn std::error::Error) -> StorageError {
-    StorageIOError::read_state_machine(openraft::AnyError::error(e)).into()
-}
 fn snap_write(meta: &SnapshotMeta, e: &dyn std::error::Error) -> StorageError {
     StorageIOError::write_snapshot(Some(meta.signature()), openraft::AnyError::error(e)).into()
 }
@@ -157,12 +186,10 @@ pub(crate) fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
     Ok(codec::encode(&(STATE_FORMAT, state))?)
 }
 
-/// [`encode_state`] into a buffer of `expected` bytes and a little more, so a state about the
-/// size of the last snapshot is encoded without the buffer growing (each growth copies all of
-/// it again, and leaves the old one to free).
-fn encode_state_sized(state: &SmData, expected: usize) -> Result<Vec<u8>, BoxError> {
-    let buf = Vec::with_capacity(expected + expected / 16);
-    Ok(codec::encode_into(&(STATE_FORMAT, state), buf)?)
+/// The length and CRC32C of [`encode_state`] of `state`, without keeping its bytes: what
+/// [`checked_file::save_streamed`] needs to write the encoding straight into the file.
+fn encoded_state_len_and_checksum(state: &SmData) -> Result<(usize, u32), BoxError> {
+    Ok(codec::encoded_len_and_checksum(&(STATE_FORMAT, state))?)
 }
 
 /// Decodes a state written by [`encode_state`], refusing other layouts, with the usage
@@ -207,37 +234,30 @@ impl Shared {
         checked_file::load(&*self.dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC)
     }
 
-    /// Makes `snap` the current snapshot, durably (temp file, sync, rename, directory sync), so
-    /// the log before it may be purged.
-    async fn persist_snapshot(&self, snap: StoredSnapshot) -> Result<StoredSnapshot, StorageError> {
+    /// Makes the snapshot of `meta` with `body` the current one, durably (temp file, sync,
+    /// rename, directory sync), so the log before it may be purged; on a snapshot thread.
+    async fn persist_snapshot(
+        &self,
+        meta: &SnapshotMeta,
+        body: SnapshotBody,
+    ) -> Result<(), StorageError> {
         let mut persisted = self.persisted.lock().await;
-        if persisted.is_some() && *persisted >= snap.meta.last_log_id {
-            tracing::debug!(snapshot = %snap.meta.snapshot_id, "not replacing a newer snapshot file");
-            return Ok(snap);
+        if persisted.is_some() && *persisted >= meta.last_log_id {
+            tracing::debug!(snapshot = %meta.snapshot_id, "not replacing a newer snapshot file");
+            return Ok(());
         }
         let dir = self.dir.clone();
         let started = Instant::now();
-        let meta = snap.meta.clone();
-        metrics::gauge!("raftlock_snapshot_bytes").set(snap.data.len() as f64);
-        self.last_snapshot_bytes
-            .store(snap.data.len(), Ordering::Relaxed);
-        let snap = in_snapshot_thread(move || {
-            checked_file::save_with_bytes(
-                &*dir,
-                SNAPSHOT_FILE,
-                SNAPSHOT_MAGIC,
-                &snap.meta,
-                &snap.data,
-            )
-            .map(|_| snap)
-        })
-        .await
-        .and_then(|r| r)
-        .map_err(|e| snap_write(&meta, &e))?;
+        let owned_meta = meta.clone();
+        let written = in_snapshot_thread(move || body.write(&*dir, &owned_meta))
+            .await
+            .and_then(|r| r)
+            .map_err(|e| snap_write(meta, &e))?;
+        metrics::gauge!("raftlock_snapshot_bytes").set(written as f64);
         metrics::histogram!("raftlock_snapshot_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-        *persisted = snap.meta.last_log_id;
-        Ok(snap)
+        *persisted = meta.last_log_id;
+        Ok(())
     }
 
     fn publish_applied(&self, last_applied: Option<&LogId>) {
@@ -264,7 +284,6 @@ impl StateMachineStore {
             dir,
             persisted: Arc::new(tokio::sync::Mutex::new(None)),
             waiters: Arc::new(WaiterBoard::default()),
-            last_snapshot_bytes: Arc::new(AtomicUsize::new(0)),
         };
         if let Some(snap) = shared.read_snapshot()? {
             *shared.persisted.try_lock().expect("not shared yet") = snap.meta.last_log_id;
@@ -317,33 +336,34 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .clone();
         metrics::histogram!("raftlock_snapshot_copy_seconds")
             .record(copied.elapsed().as_secs_f64());
-        let expected = self.shared.last_snapshot_bytes.load(Ordering::Relaxed);
-        let (data, meta) = in_snapshot_thread(move || {
-            let data = encode_state_sized(&state, expected).map_err(|e| sm_read(&*e))?;
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let snapshot_id = match &state.last_applied {
-                Some(id) => format!("{}-{}-{}", id.leader_id, id.index, nanos),
-                None => format!("none-{nanos}"),
-            };
-            let meta = SnapshotMeta {
-                last_log_id: state.last_applied,
-                last_membership: state.last_membership.clone(),
-                snapshot_id,
-            };
-            Ok::<_, StorageError>((data, meta))
-        })
-        .await
-        .map_err(|e| sm_read(&e))??;
-        let stored = self
-            .shared
-            .persist_snapshot(StoredSnapshot { meta, data })
+        let meta = snapshot_meta(&state);
+        self.shared
+            .persist_snapshot(&meta, SnapshotBody::State(Box::new(state)))
             .await?;
+        // openraft 0.9 keeps only the metadata of a snapshot it had built (core/sm/worker.rs,
+        // `build_snapshot`): the data is dropped unread. It is in the file, which
+        // `get_current_snapshot` reads when a follower needs it; reading it back here would
+        // bring back the very ~100 MB buffer encoding into the file avoids.
         Ok(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            meta,
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
+    }
+}
+
+/// The metadata of a snapshot of `state`, with an id unique to this build.
+fn snapshot_meta(state: &SmData) -> SnapshotMeta {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let snapshot_id = match &state.last_applied {
+        Some(id) => format!("{}-{}-{}", id.leader_id, id.index, nanos),
+        None => format!("none-{nanos}"),
+    };
+    SnapshotMeta {
+        last_log_id: state.last_applied,
+        last_membership: state.last_membership.clone(),
+        snapshot_id,
     }
 }
 
@@ -409,11 +429,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         data.last_applied = meta.last_log_id;
         data.last_membership = meta.last_membership.clone();
         // Persist before replacing the state, so the log openraft purges next is covered.
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: bytes,
-        };
-        self.shared.persist_snapshot(stored).await?;
+        self.shared
+            .persist_snapshot(meta, SnapshotBody::Encoded(bytes))
+            .await?;
         let last_applied = data.last_applied;
         *self.shared.state.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.shared.publish_applied(last_applied.as_ref());
@@ -496,15 +514,16 @@ mod persist_tests {
         assert_eq!(nice(), caller, "the caller keeps its priority");
     }
 
-    fn stored(index: u64) -> StoredSnapshot {
-        StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
-                last_membership: StoredMembership::default(),
-                snapshot_id: format!("s{index}"),
-            },
-            data: encode_state(&SmData::default()).unwrap(),
+    fn meta(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: format!("s{index}"),
         }
+    }
+
+    fn empty_state() -> SnapshotBody {
+        SnapshotBody::Encoded(encode_state(&SmData::default()).unwrap())
     }
 
     /// The snapshot file is written from the metadata and the state bytes where they lie;
@@ -514,22 +533,97 @@ mod persist_tests {
     async fn a_snapshot_written_in_pieces_is_the_file_written_whole() {
         let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
         let store = StateMachineStore::open(dir.clone(), Limits::default()).unwrap();
-        let mut snap = stored(7);
-        snap.data = (0..3 * crate::fs::SYNC_CHUNK_BYTES + 5)
+        let data: Vec<u8> = (0..3 * crate::fs::SYNC_CHUNK_BYTES + 5)
             .map(|i| (i % 251) as u8)
             .collect();
+        let snap = StoredSnapshot {
+            meta: meta(7),
+            data: data.clone(),
+        };
         let whole_dir = SimDir::new();
         checked_file::save(&whole_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snap).unwrap();
         let expected = whole_dir.read(SNAPSHOT_FILE).unwrap().unwrap();
-        store.shared.persist_snapshot(snap).await.unwrap();
+        store
+            .shared
+            .persist_snapshot(&snap.meta, SnapshotBody::Encoded(data))
+            .await
+            .unwrap();
         assert_eq!(dir.read(SNAPSHOT_FILE).unwrap().unwrap(), expected);
         let back = store.shared.read_snapshot().unwrap().unwrap();
         assert_eq!(back.meta.snapshot_id, "s7");
         assert_eq!(back.data.len(), 3 * crate::fs::SYNC_CHUNK_BYTES + 5);
-        assert_eq!(
-            store.shared.last_snapshot_bytes.load(Ordering::Relaxed),
-            back.data.len()
+    }
+
+    /// A state of a few sync chunks, with locks in two projects.
+    fn a_state_of_some_megabytes() -> SmData {
+        use raftlock_core::command::LockAction;
+        use raftlock_core::{Command, Op};
+        let mut state = SmData::default();
+        let apply = |state: &mut SmData, stamp, op| {
+            let outcome = state.machine.apply(&Command {
+                stamp,
+                ops: vec![op],
+            });
+            assert!(outcome.iter().all(|o| o.is_ok()), "{outcome:?}");
+        };
+        for p in ["a", "b"] {
+            apply(&mut state, 1, Op::CreateProject { name: p.into() });
+        }
+        let mut state_bytes = 0;
+        let mut i = 0u64;
+        while state_bytes < 3 * crate::fs::SYNC_CHUNK_BYTES {
+            i += 1;
+            let project = if i.is_multiple_of(2) { "a" } else { "b" };
+            let acquire = Op::ProjectLock {
+                project: project.into(),
+                key: format!("job-{i:08}"),
+                action: LockAction::Acquire {
+                    token: u128::from(i),
+                    ttl_seconds: 600,
+                },
+            };
+            apply(&mut state, 2, acquire);
+            if i.is_multiple_of(4096) {
+                state_bytes = encode_state(&state).unwrap().len();
+            }
+        }
+        state
+    }
+
+    /// A snapshot built from the state is encoded straight into the file: the file must be
+    /// byte for byte the one saving the encoded state whole writes, and read back as the state.
+    #[tokio::test]
+    async fn a_snapshot_encoded_into_its_file_is_the_file_written_whole() {
+        let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
+        let mut store = StateMachineStore::open(dir.clone(), Limits::default()).unwrap();
+        let state = a_state_of_some_megabytes();
+        *store.shared.state.write().unwrap() = state.clone();
+        let built = store
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+
+        let whole = StoredSnapshot {
+            meta: built.meta.clone(),
+            data: encode_state(&state).unwrap(),
+        };
+        assert!(whole.data.len() > 3 * crate::fs::SYNC_CHUNK_BYTES);
+        let whole_dir = SimDir::new();
+        checked_file::save(&whole_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &whole).unwrap();
+        assert!(
+            dir.read(SNAPSHOT_FILE).unwrap().unwrap()
+                == whole_dir.read(SNAPSHOT_FILE).unwrap().unwrap(),
+            "the streamed file differs from the file written whole"
         );
+
+        let current = store.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, built.meta);
+        let back = decode_state(&current.snapshot.into_inner()).unwrap();
+        assert_eq!(back.machine, state.machine);
+        let reopened = StateMachineStore::open(dir, Limits::default()).unwrap();
+        assert_eq!(reopened.shared.state.read().unwrap().machine, state.machine);
     }
 
     /// A build of an older state that finishes after an install of a newer snapshot must not
@@ -538,12 +632,16 @@ mod persist_tests {
     async fn an_older_snapshot_never_replaces_a_newer_file() {
         let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
         let store = StateMachineStore::open(dir.clone(), Limits::default()).unwrap();
-        store.shared.persist_snapshot(stored(100)).await.unwrap();
-        store.shared.persist_snapshot(stored(50)).await.unwrap();
+        let persist = |store: &StateMachineStore, index| {
+            let shared = store.shared.clone();
+            async move { shared.persist_snapshot(&meta(index), empty_state()).await }
+        };
+        persist(&store, 100).await.unwrap();
+        persist(&store, 50).await.unwrap();
         let on_disk = store.shared.read_snapshot().unwrap().unwrap();
         assert_eq!(on_disk.meta.snapshot_id, "s100");
         let reopened = StateMachineStore::open(dir, Limits::default()).unwrap();
-        reopened.shared.persist_snapshot(stored(70)).await.unwrap();
+        persist(&reopened, 70).await.unwrap();
         assert_eq!(
             reopened
                 .shared
