@@ -54,9 +54,16 @@ struct Expected {
     snapshot: Option<Vec<u8>>,
 }
 
-fn observe(log: &LogContents, vote: Option<u64>, snapshot: Option<Vec<u8>>) -> Expected {
+/// The state `log` (whose older entries are read back from `dir`), `vote` and `snapshot` make.
+fn observe(
+    dir: &dyn Dir,
+    log: &LogContents,
+    vote: Option<u64>,
+    snapshot: Option<Vec<u8>>,
+) -> Expected {
+    let entries = log.read(dir, ..).expect("every entry reads back");
     Expected {
-        log: log.entries.values().map(|e| e.log_id).collect(),
+        log: entries.iter().map(|e| e.log_id).collect(),
         last_purged: log.last_purged,
         vote,
         snapshot,
@@ -96,14 +103,17 @@ impl Store {
 }
 
 const SEGMENT_BYTES: u64 = 1500;
+/// Entries a reopened log keeps decoded: few, so most are read back from their frames.
+const DECODED_TAIL: usize = 3;
 
 fn reopen(dir: &SimDir) -> (Store, Expected) {
     let dir: Arc<dyn Dir> = Arc::new(dir.clone());
-    let (wal, log) = Wal::open(dir.clone(), SEGMENT_BYTES).expect("reopen after power cut");
+    let (wal, log) =
+        Wal::open(dir.clone(), SEGMENT_BYTES, DECODED_TAIL).expect("reopen after power cut");
     let vote = checked_file::load::<u64>(&*dir, "vote", MAGIC_VOTE).expect("vote is whole");
     let snap =
         checked_file::load::<Vec<u8>>(&*dir, "snapshot", MAGIC_SNAP).expect("snapshot is whole");
-    let state = observe(&log, vote, snap);
+    let state = observe(&*dir, &log, vote, snap);
     (
         Store {
             dir,
@@ -191,16 +201,16 @@ proptest! {
         }
         drop(store);
         let (mut store, recovered) = reopen(&disk);
-        let mut acked = observe(&model, vote, snap.clone());
+        let mut acked = observe(&disk, &model, vote, snap.clone());
         prop_assert_eq!(&recovered, &acked, "a clean reopen gives back the same state");
 
         disk.fail_after(fuel);
         let mut in_flight = None;
         for s in &steps {
             match run_step(&mut store, &mut model, &mut vote, &mut snap, s) {
-                Ok(()) => acked = observe(&model, vote, snap.clone()),
+                Ok(()) => acked = observe(&disk, &model, vote, snap.clone()),
                 Err(_) => {
-                    in_flight = Some(observe(&model, vote, snap.clone()));
+                    in_flight = Some(observe(&disk, &model, vote, snap.clone()));
                     break;
                 }
             }
@@ -214,15 +224,15 @@ proptest! {
         );
 
         // The recovered store takes new writes, and they survive the next power cut.
-        let mut model = LogContents {
-            entries: recovered.log.iter().map(|id| (id.index, entry(id.leader_id.term, id.index))).collect(),
-            last_purged: recovered.last_purged,
-            committed: None,
-        };
+        let mut model = LogContents::default();
+        model.last_purged = recovered.last_purged;
+        model
+            .append(recovered.log.iter().map(|id| entry(id.leader_id.term, id.index)))
+            .expect("the recovered log appends");
         let (mut vote, mut snap) = (recovered.vote, recovered.snapshot.clone());
         run_step(&mut store, &mut model, &mut vote, &mut snap, &Step::Append(3, false))
             .expect("append after recovery");
-        let expected = observe(&model, vote, snap);
+        let expected = observe(&disk, &model, vote, snap);
         drop(store);
         disk.power_cut(&mut rng);
         let (_, recovered) = reopen(&disk);
@@ -254,7 +264,9 @@ fn overwrite(disk: &SimDir, name: &str, bytes: &[u8]) {
 /// Opens the WAL on `disk`, which must be refused; returns the error.
 fn refusal(disk: &SimDir) -> String {
     let dir: Arc<dyn Dir> = Arc::new(disk.clone());
-    let err = Wal::open(dir, SEGMENT_BYTES).err().expect("refused");
+    let err = Wal::open(dir, SEGMENT_BYTES, DECODED_TAIL)
+        .err()
+        .expect("refused");
     err.to_string()
 }
 

@@ -1,9 +1,10 @@
 //! The durable Raft log and vote: openraft's [`RaftLogStorage`] over the [`Wal`] and a vote
 //! file.
 //!
-//! Entries are kept in memory as well as in the WAL (the log between two snapshots is small),
-//! so replication tasks read them without touching the disk and without waiting for the sync
-//! of the batch being written. openraft 0.9 awaits every call below in its core loop, so each
+//! The newest entries are kept decoded in memory as well as in the WAL
+//! ([`wal::DECODED_TAIL_ENTRIES`]), so replication tasks and apply read them without touching
+//! the disk and without waiting for the sync of the batch being written; older ones are read
+//! back from their frame (a follower catching up), so memory does not grow with the log. openraft 0.9 awaits every call below in its core loop, so each
 //! one's disk time is time no node-wide progress is made; they do as little as safety allows:
 //! - `append`: one WAL frame and one `fdatasync` per batch, then the callback;
 //! - `truncate`: one WAL frame, synced before returning;
@@ -80,7 +81,18 @@ impl LogStore {
         segment_bytes: u64,
         dir_lock: Option<File>,
     ) -> Result<Self, StoreError> {
-        let (wal, contents) = Wal::open(dir.clone(), segment_bytes)?;
+        Self::open_keeping(dir, segment_bytes, wal::DECODED_TAIL_ENTRIES, dir_lock)
+    }
+
+    /// [`Self::open`], keeping `decoded_tail` entries decoded in memory (tests use a short tail
+    /// to read most entries back from disk).
+    pub fn open_keeping(
+        dir: Arc<dyn Dir>,
+        segment_bytes: u64,
+        decoded_tail: usize,
+        dir_lock: Option<File>,
+    ) -> Result<Self, StoreError> {
+        let (wal, contents) = Wal::open(dir.clone(), segment_bytes, decoded_tail)?;
         let vote = checked_file::load::<Vote>(&*dir, VOTE_FILE, VOTE_MAGIC)?;
         let janitor = Janitor::spawn(dir.clone())?;
         // Counted from what is on disk, so compaction by size also sees log written before a
@@ -123,20 +135,27 @@ impl LogStore {
     }
 
     /// Writes `frame` and syncs it on a blocking thread; hands the segments that frees to
-    /// the janitor.
+    /// the janitor. Once it is durable, the entries it appended may leave memory (they can be
+    /// read back from it).
     async fn write_frame(&self, frame: PendingFrame) -> Result<(), StoreError> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
+        let written = tokio::task::spawn_blocking(move || {
             let mut wal = inner.wal.lock().unwrap_or_else(|p| p.into_inner());
-            wal.write(&frame)?;
+            let written = wal.write(&frame)?;
             inner.janitor.remove(wal.take_removable_segments());
             inner
                 .written
                 .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            Ok(())
+            Ok::<_, StoreError>(written)
         })
         .await
-        .map_err(|e| StoreError::io("write-ahead log", std::io::Error::other(e)))?
+        .map_err(|e| StoreError::io("write-ahead log", std::io::Error::other(e)))??;
+        if let Some((first, loc)) = written {
+            // openraft makes one log call at a time, so nothing truncated or purged these
+            // entries since the frame was encoded.
+            self.mem_mut().record_frame(first, loc);
+        }
+        Ok(())
     }
 
     /// Bytes written to the WAL: the segment files found at open plus what this process wrote.
@@ -161,12 +180,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self
-            .mem()
-            .entries
-            .range(range)
-            .map(|(_, e)| e.clone())
-            .collect())
+        // Entries older than the decoded tail are read from disk with the log read-locked, so
+        // no purge can free their segment meanwhile; only a follower catching up asks for them.
+        self.mem()
+            .read(&*self.inner.dir, range)
+            .map_err(|e| StorageIOError::read_logs(openraft::AnyError::error(e.to_string())).into())
     }
 }
 
@@ -376,6 +394,85 @@ mod tests {
             held.iter().map(|e| e.log_id.index).collect(),
             state.last_purged_log_id.map(|l| l.index),
         )
+    }
+
+    fn ids(held: &[Entry]) -> Vec<(u64, u64)> {
+        held.iter()
+            .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+            .collect()
+    }
+
+    /// Entries beyond the decoded tail leave memory and are read back from their frames: the
+    /// same log as kept whole, through a truncation into them, a purge, and a restart.
+    #[tokio::test]
+    async fn entries_beyond_the_decoded_tail_read_back_from_disk() {
+        let disk = SimDir::new();
+        let open = || LogStore::open_keeping(Arc::new(disk.clone()), 256, 2, None).unwrap();
+        let mut store = open();
+        for batch in [1..=3, 4..=4, 5..=9, 10..=12] {
+            store.blocking_append(entries(batch)).await.unwrap();
+        }
+        assert_eq!(store.mem().entries.len(), 2, "only the tail stays decoded");
+        let all: Vec<(u64, u64)> = (1..=12).map(|i| (1, i)).collect();
+        assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), all);
+        assert_eq!(
+            ids(&store.try_get_log_entries(4..8).await.unwrap()),
+            all[3..7].to_vec(),
+            "a range inside evicted frames"
+        );
+
+        // A new leader's entries replace 7.. (in the middle of the frame holding 5..=9).
+        store.truncate(log_id(7)).await.unwrap();
+        let term2: Vec<Entry> = (7..=8)
+            .map(|i| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(2, 2), i),
+                payload: EntryPayload::Blank,
+            })
+            .collect();
+        store.blocking_append(term2).await.unwrap();
+        store
+            .blocking_append(
+                entries(9..=9)
+                    .into_iter()
+                    .map(|mut e| {
+                        e.log_id = LogId::new(CommittedLeaderId::new(2, 2), 9);
+                        e
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        let mut expected: Vec<(u64, u64)> = (1..=6).map(|i| (1, i)).collect();
+        expected.extend((7..=9).map(|i| (2, i)));
+        assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), expected);
+
+        store.purge(log_id(4)).await.unwrap();
+        assert_eq!(
+            ids(&store.try_get_log_entries(..).await.unwrap()),
+            expected[4..].to_vec()
+        );
+        store
+            .blocking_append(
+                entries(10..=10)
+                    .into_iter()
+                    .map(|mut e| {
+                        e.log_id = LogId::new(CommittedLeaderId::new(2, 2), 10);
+                        e
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        expected.push((2, 10));
+        drop(store);
+
+        let mut store = open();
+        assert_eq!(
+            ids(&store.try_get_log_entries(..).await.unwrap()),
+            expected[4..].to_vec(),
+            "after a restart"
+        );
+        assert!(store.mem().entries.len() <= 2);
     }
 
     #[tokio::test]

@@ -16,7 +16,8 @@
 //! write path — an unlink and a directory sync can take tens of milliseconds, and every write
 //! of the log waits in openraft's core loop.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,25 +67,100 @@ struct FrameOwned {
     ops: Vec<WalOp>,
 }
 
-/// The Raft log as replayed from disk (and as kept in memory while the node runs).
-#[derive(Debug, Clone, Default)]
+/// How many of the newest entries the log keeps decoded in memory. Older ones are read back
+/// from their WAL frame when asked for (a follower catching up): the log between two
+/// snapshots of a large state is ~50 MB on disk and ~4x that decoded, and keeping all of it
+/// made each node's memory climb by ~200 MiB between snapshots. Replication and apply read
+/// entries within moments of their append, from this tail.
+pub const DECODED_TAIL_ENTRIES: usize = 4096;
+
+/// Where a WAL frame lies, so the entries it appended can be read back once they are no longer
+/// kept decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLoc {
+    /// The segment file's sequence number.
+    pub seq: u64,
+    /// Where the frame's header starts in that file.
+    pub offset: u64,
+    /// The frame's length, header included.
+    pub len: u64,
+    /// The last entry of the frame still in the log: a truncation lowers it, so a frame is
+    /// never asked for an entry a later frame replaced.
+    pub last: u64,
+}
+
+/// The Raft log as replayed from disk (and as kept in memory while the node runs): the newest
+/// entries decoded, the older ones as log ids and the places of their frames.
+#[derive(Debug, Clone)]
 pub struct LogContents {
-    /// Every entry after `last_purged`, by index, without holes.
+    /// The newest entries, by index, without holes; at least the last [`Self::decoded_tail`]
+    /// ones and every one whose frame's place is not yet known (its write is in flight).
     pub entries: BTreeMap<u64, Entry>,
+    /// The ids of the entries between the last purged one and the first of `entries`, in
+    /// order: the log's terms are needed without reading the disk (a truncation's new last
+    /// id, a replication's consistency check); 24 bytes an entry.
+    evicted: VecDeque<LogId>,
+    /// The frames the `evicted` entries are read back from, by the index of the first entry
+    /// each holds (a frame cut by a purge keeps its key; entries at or below the purge are
+    /// never read).
+    frames: BTreeMap<u64, FrameLoc>,
     /// The last entry a snapshot covers and the log no longer holds.
     pub last_purged: Option<LogId>,
     /// The latest committed log id written with a frame (openraft's optional `save_committed`).
     pub committed: Option<LogId>,
+    /// How many entries to keep decoded ([`DECODED_TAIL_ENTRIES`]; the default, unbounded, is
+    /// for a log that is only ever held in memory, like the crash tests' model).
+    decoded_tail: usize,
+}
+
+impl Default for LogContents {
+    fn default() -> Self {
+        LogContents {
+            entries: BTreeMap::new(),
+            evicted: VecDeque::new(),
+            frames: BTreeMap::new(),
+            last_purged: None,
+            committed: None,
+            decoded_tail: usize::MAX,
+        }
+    }
 }
 
 impl LogContents {
+    /// An empty log that keeps `decoded_tail` entries decoded (at least one).
+    pub fn with_decoded_tail(decoded_tail: usize) -> Self {
+        LogContents {
+            decoded_tail: decoded_tail.max(1),
+            ..Default::default()
+        }
+    }
+
     /// The id of the last entry, or the last purged one when the log is empty.
     pub fn last_log_id(&self) -> Option<LogId> {
         self.entries
             .values()
             .next_back()
             .map(|e| e.log_id)
+            .or(self.evicted.back().copied())
             .or(self.last_purged)
+    }
+
+    /// The index of the first entry, if the log holds any.
+    fn first_index(&self) -> Option<u64> {
+        self.evicted
+            .front()
+            .map(|id| id.index)
+            .or_else(|| self.entries.keys().next().copied())
+    }
+
+    /// The number of entries the log holds (decoded or not).
+    pub fn len(&self) -> usize {
+        self.evicted.len() + self.entries.len()
+    }
+
+    /// Whether the log holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Appends `entries`, which must follow the current last entry. On an empty log the first
@@ -97,12 +173,17 @@ impl LogContents {
             if self.last_purged.is_some_and(|p| index <= p.index) {
                 continue; // replaying a segment older than the latest purge
             }
-            if let Some((&last, _)) = self.entries.last_key_value() {
-                if index > last + 1 {
-                    return Err(format!("entry {index} follows entry {last}: a hole"));
+            if let Some(last) = self.last_log_id().filter(|_| !self.is_empty()) {
+                if index > last.index + 1 {
+                    return Err(format!(
+                        "entry {index} follows entry {}: a hole",
+                        last.index
+                    ));
+                }
+                if index <= last.index {
+                    self.truncate_from(index);
                 }
             }
-            self.entries.split_off(&index);
             self.entries.insert(index, entry);
         }
         Ok(())
@@ -111,24 +192,71 @@ impl LogContents {
     /// Removes the entries at and after `index`.
     pub fn truncate_from(&mut self, index: u64) {
         self.entries.split_off(&index);
+        if let Some(first) = self.evicted.front().map(|id| id.index) {
+            let kept = index.saturating_sub(first).min(self.evicted.len() as u64);
+            self.evicted.truncate(kept as usize);
+        }
+        self.frames.split_off(&index);
+        if let Some((_, frame)) = self.frames.iter_mut().next_back() {
+            frame.last = frame.last.min(index.saturating_sub(1));
+        }
     }
 
     /// Removes the entries up to and including `upto` and remembers it as the last purged.
-    /// Returns the removed entries, so the caller can free them outside its locks (a purge
-    /// after a snapshot of a busy log drops a hundred thousand entries).
+    /// Returns the removed decoded entries, so the caller can free them outside its locks.
     pub fn purge(&mut self, upto: LogId) -> BTreeMap<u64, Entry> {
         if self.last_purged.is_some_and(|p| p.index >= upto.index) {
             return BTreeMap::new();
+        }
+        while self
+            .evicted
+            .front()
+            .is_some_and(|id| id.index <= upto.index)
+        {
+            self.evicted.pop_front();
+        }
+        while let Some(entry) = self.frames.first_entry() {
+            if entry.get().last > upto.index {
+                break;
+            }
+            entry.remove();
         }
         let kept = self.entries.split_off(&(upto.index + 1));
         self.last_purged = Some(upto);
         std::mem::replace(&mut self.entries, kept)
     }
 
+    /// Records that the entries `first..=loc.last` are durable in the frame at `loc`, then
+    /// stops keeping decoded the entries beyond the tail whose frames are known. Entries
+    /// purged or truncated meanwhile are not recorded.
+    pub fn record_frame(&mut self, first: u64, loc: FrameLoc) {
+        let first = first.max(self.last_purged.map_or(0, |p| p.index + 1));
+        let last = loc.last.min(self.last_log_id().map_or(0, |l| l.index));
+        if first <= last && !self.is_empty() {
+            self.frames.insert(first, FrameLoc { last, ..loc });
+        }
+        self.evict();
+    }
+
+    /// Moves the oldest decoded entries beyond the tail to `evicted`, as long as a frame they
+    /// can be read back from is known.
+    fn evict(&mut self) {
+        let on_disk_upto = self.frames.values().next_back().map(|f| f.last);
+        while self.entries.len() > self.decoded_tail {
+            let Some((&index, _)) = self.entries.first_key_value() else {
+                return;
+            };
+            if on_disk_upto.is_none_or(|upto| index > upto) {
+                return;
+            }
+            let (_, entry) = self.entries.pop_first().expect("a first entry");
+            self.evicted.push_back(entry.log_id);
+        }
+    }
+
     /// After a replay: the first entry must directly follow the last purged one.
     fn check_starts_after_purge(&self) -> Result<(), String> {
-        let (Some(purged), Some((&first, _))) = (self.last_purged, self.entries.first_key_value())
-        else {
+        let (Some(purged), Some(first)) = (self.last_purged, self.first_index()) else {
             return Ok(());
         };
         if first != purged.index + 1 {
@@ -141,10 +269,17 @@ impl LogContents {
         Ok(())
     }
 
-    fn replay(&mut self, frame: FrameOwned) -> Result<(), String> {
+    fn replay(&mut self, frame: FrameOwned, loc: FrameLoc) -> Result<(), String> {
         for op in frame.ops {
             match op {
-                WalOp::Append(entries) => self.append(entries)?,
+                WalOp::Append(entries) => {
+                    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+                        continue;
+                    };
+                    let (first, last) = (first.log_id.index, last.log_id.index);
+                    self.append(entries)?;
+                    self.record_frame(first, FrameLoc { last, ..loc });
+                }
                 WalOp::TruncateFrom(index) => self.truncate_from(index),
                 WalOp::Purge(upto) => drop(self.purge(upto)),
             }
@@ -154,11 +289,123 @@ impl LogContents {
         }
         Ok(())
     }
+
+    /// The entries with indexes in `range` that the log holds, in order: the decoded ones
+    /// copied, the older ones read back from their frames in `dir`.
+    pub fn read(
+        &self,
+        dir: &dyn Dir,
+        range: impl RangeBounds<u64>,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let Some(first) = self.first_index() else {
+            return Ok(Vec::new());
+        };
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        }
+        .max(first);
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => u64::MAX,
+        };
+        let end = end.min(self.last_log_id().map_or(0, |l| l.index + 1));
+        let decoded_from = self.entries.keys().next().copied().unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        if start < end.min(decoded_from) {
+            self.read_evicted(dir, start, end.min(decoded_from), &mut out)?;
+        }
+        out.extend(
+            self.entries
+                .range(start.max(decoded_from)..end.max(start.max(decoded_from)))
+                .map(|(_, e)| e.clone()),
+        );
+        Ok(out)
+    }
+
+    /// Reads the evicted entries `start..end` from their frames into `out`.
+    fn read_evicted(
+        &self,
+        dir: &dyn Dir,
+        start: u64,
+        end: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), StoreError> {
+        let first = self.evicted.front().map_or(start, |id| id.index);
+        let name_of = |seq| dir.describe(&segment_name(seq));
+        let mut index = start;
+        while index < end {
+            let Some((_, loc)) = self.frames.range(..=index).next_back() else {
+                return Err(StoreError::corrupt(
+                    dir.describe("wal"),
+                    0,
+                    format!("no frame is known to hold entry {index}"),
+                ));
+            };
+            let upto = end.min(loc.last + 1);
+            let entries = read_frame_entries(dir, loc)?;
+            for entry in entries {
+                let i = entry.log_id.index;
+                if i < index || i >= upto {
+                    continue;
+                }
+                let expected = self.evicted.get((i - first) as usize);
+                if expected != Some(&entry.log_id) {
+                    return Err(StoreError::corrupt(
+                        name_of(loc.seq),
+                        loc.offset,
+                        format!(
+                            "entry {i} is {} on disk, {expected:?} in the log",
+                            entry.log_id
+                        ),
+                    ));
+                }
+                out.push(entry);
+            }
+            if out.last().map(|e| e.log_id.index) != Some(upto - 1) {
+                return Err(StoreError::corrupt(
+                    name_of(loc.seq),
+                    loc.offset,
+                    format!("the frame does not hold entries {index}..{upto}"),
+                ));
+            }
+            index = upto;
+        }
+        Ok(())
+    }
+}
+
+/// The entries the frame at `loc` appended, read from its segment and checked.
+fn read_frame_entries(dir: &dyn Dir, loc: &FrameLoc) -> Result<Vec<Entry>, StoreError> {
+    let name = segment_name(loc.seq);
+    let file = dir.describe(&name);
+    let bytes = dir
+        .read_range(&name, loc.offset, loc.len as usize)
+        .map_err(|e| StoreError::io(&file, e))?;
+    let payload = match codec::read_frame(&bytes, 0) {
+        FrameRead::Frame { payload, .. } => payload,
+        FrameRead::End => return Err(StoreError::corrupt(file, loc.offset, "no frame")),
+        FrameRead::Bad { reason, .. } => return Err(StoreError::corrupt(file, loc.offset, reason)),
+    };
+    let frame: FrameOwned = codec::decode(payload)
+        .map_err(|e| StoreError::corrupt(&file, loc.offset, e.to_string()))?;
+    Ok(frame
+        .ops
+        .into_iter()
+        .flat_map(|op| match op {
+            WalOp::Append(entries) => entries,
+            _ => Vec::new(),
+        })
+        .collect())
 }
 
 /// One frame, encoded and ready to write, with what the WAL must know about it.
 pub struct PendingFrame {
     bytes: Vec<u8>,
+    /// The first index appended by the frame, to find the entry in it later.
+    min_index: Option<u64>,
     /// The highest index appended by the frame, to know when its segment may be deleted.
     max_index: Option<u64>,
     /// The purge the frame records, if any, to carry into the next segment's checkpoint.
@@ -170,11 +417,13 @@ impl PendingFrame {
     /// Encodes `ops` together with the latest `committed` id.
     pub fn new(committed: Option<LogId>, ops: &[WalOpRef<'_>]) -> Result<Self, String> {
         let payload = codec::encode(&FrameRef { committed, ops }).map_err(|e| e.to_string())?;
+        let mut min_index = None;
         let mut max_index = None;
         let mut purged = None;
         for op in ops {
             match op {
                 WalOpRef::Append(entries) => {
+                    min_index = min_index.or(entries.first().map(|e| e.log_id.index));
                     max_index = max_index.max(entries.last().map(|e| e.log_id.index))
                 }
                 WalOpRef::Purge(upto) => purged = Some(*upto),
@@ -183,6 +432,7 @@ impl PendingFrame {
         }
         Ok(PendingFrame {
             bytes: codec::frame(&payload),
+            min_index,
             max_index,
             purged,
             committed,
@@ -258,7 +508,13 @@ impl Wal {
     /// that was never acknowledged: it is cut off (and the cut synced) with a warning. A bad
     /// frame anywhere else, a valid frame that does not decode, or a hole in the entries is
     /// damage: the open fails with the file and offset, and nothing is changed.
-    pub fn open(dir: Arc<dyn Dir>, segment_bytes: u64) -> Result<(Wal, LogContents), StoreError> {
+    ///
+    /// The returned log keeps `decoded_tail` entries decoded ([`DECODED_TAIL_ENTRIES`]).
+    pub fn open(
+        dir: Arc<dyn Dir>,
+        segment_bytes: u64,
+        decoded_tail: usize,
+    ) -> Result<(Wal, LogContents), StoreError> {
         let mut seqs: Vec<u64> = dir
             .list()
             .map_err(|e| StoreError::io(dir.describe(""), e))?
@@ -266,7 +522,7 @@ impl Wal {
             .filter_map(|n| parse_segment_name(n))
             .collect();
         seqs.sort_unstable();
-        let mut contents = LogContents::default();
+        let mut contents = LogContents::with_decoded_tail(decoded_tail);
         let mut segments = Vec::new();
         let mut current_len = 0;
         let mut replayed_bytes = 0;
@@ -322,9 +578,17 @@ impl Wal {
     }
 
     /// Appends `frame` and syncs it; when this returns `Ok` the frame survives any crash. Any
-    /// error leaves the file in an unknown state: the caller must stop using the WAL.
-    pub fn write(&mut self, frame: &PendingFrame) -> Result<(), StoreError> {
+    /// error leaves the file in an unknown state: the caller must stop using the WAL. Returns
+    /// the index of the first entry the frame appended and where the frame lies, for
+    /// [`LogContents::record_frame`].
+    pub fn write(&mut self, frame: &PendingFrame) -> Result<Option<(u64, FrameLoc)>, StoreError> {
         let name = segment_name(self.current_seq());
+        let loc = FrameLoc {
+            seq: self.current_seq(),
+            offset: self.current_len,
+            len: frame.bytes.len() as u64,
+            last: frame.max_index.unwrap_or(0),
+        };
         let started = Instant::now();
         self.current
             .append(&frame.bytes)
@@ -343,7 +607,7 @@ impl Wal {
         if self.current_len >= self.segment_bytes {
             self.rotate()?;
         }
-        Ok(())
+        Ok(frame.min_index.map(|first| (first, loc)))
     }
 
     /// Bytes of the segment files found at open.
@@ -454,8 +718,14 @@ fn replay_segment(
                         max_index = max_index.max(entries.last().map(|e| e.log_id.index));
                     }
                 }
+                let loc = FrameLoc {
+                    seq,
+                    offset: at as u64,
+                    len: (next - at) as u64,
+                    last: 0,
+                };
                 contents
-                    .replay(frame)
+                    .replay(frame, loc)
                     .map_err(|reason| StoreError::corrupt(&file, at as u64, reason))?;
                 at = next;
             }
