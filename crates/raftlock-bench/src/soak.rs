@@ -7,8 +7,10 @@
 //! `AcquireLock` → `ReleaseLock` under the worker's lease (a new lease every minute; the old
 //! one expires).
 //!
-//! Each minute prints throughput, p50/p99/p99.9/max, errors, and per node: RSS (from
-//! `/proc/<pid>/status`), leader changes, snapshots built and fsyncs (from `/metrics`).
+//! Each minute prints throughput, p50/p99/p99.9/max, errors, and per node: the peak RSS
+//! (`/proc/<pid>/status`, sampled every second: a memory spike shorter than the minute, such
+//! as a snapshot's buffer, is seen), leader changes, snapshots built and fsyncs (from
+//! `/metrics`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,7 +48,7 @@ pub struct Minute {
     /// The latest this generator's scheduler woke for a job's start: a stall of the load
     /// generator itself (it shares the machine), not of the cluster.
     pub max_late_ms: f64,
-    /// Per node, in `endpoints` order.
+    /// Per node, in `endpoints` order: the highest RSS sampled this minute.
     pub rss_mib: Vec<f64>,
     pub leader_changes: f64,
     pub snapshots: f64,
@@ -91,6 +93,25 @@ fn rss_mib(pid: u32) -> f64 {
                 .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Samples each node's RSS every second into `peaks` (per node, the highest since the minute
+/// began), until aborted.
+fn spawn_rss_sampler(
+    pids: Vec<u32>,
+    peaks: Arc<std::sync::Mutex<Vec<f64>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let now: Vec<f64> = pids.iter().map(|p| rss_mib(*p)).collect();
+            let mut peaks = peaks.lock().expect("rss peaks");
+            for (peak, rss) in peaks.iter_mut().zip(now) {
+                *peak = peak.max(rss);
+            }
+        }
+    })
 }
 
 /// Cumulative counters, all nodes, from one scrape of each: leader changes, snapshots,
@@ -146,6 +167,8 @@ pub async fn run(
         tokio::spawn(async move { work(worker, target, window, rx).await });
     }
     until_every_node_knows_a_leader(endpoints).await;
+    let peaks = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
+    let sampler = spawn_rss_sampler(pids.to_vec(), peaks.clone());
     let start = Instant::now();
     let mut before = counters(endpoints).await;
     let mut results = Vec::new();
@@ -187,7 +210,10 @@ pub async fn run(
             max_ms: lat.last().map_or(0.0, |v| *v as f64 / 1000.0),
             max_queued_ms: taken.max_queued_us as f64 / 1000.0,
             max_late_ms: late_us as f64 / 1000.0,
-            rss_mib: pids.iter().map(|p| rss_mib(*p)).collect(),
+            rss_mib: std::mem::replace(
+                &mut *peaks.lock().expect("rss peaks"),
+                vec![0.0; pids.len()],
+            ),
             leader_changes: after[0] - before[0],
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
@@ -197,6 +223,7 @@ pub async fn run(
         on_minute(&m);
         results.push(m);
     }
+    sampler.abort();
     Ok(results)
 }
 
@@ -314,7 +341,9 @@ async fn hier_job(
 
 /// The minutes as a markdown table.
 pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
-    let rss: Vec<String> = (1..=nodes).map(|n| format!("RSS n{n} (MiB)")).collect();
+    let rss: Vec<String> = (1..=nodes)
+        .map(|n| format!("peak RSS n{n} (MiB)"))
+        .collect();
     let mut out = format!(
         "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | over 50 ms ({}) |\n",
         rss.join(" | "),
@@ -343,5 +372,21 @@ pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
                 .join("/")
         );
     }
-    out
+    out + &rss_band(minutes, nodes)
+}
+
+/// Per node, the lowest and highest of the minutes' peak RSS and how far they are from their
+/// midpoint: "flat ± 5 %" holds when that is at most 5 %.
+fn rss_band(minutes: &[Minute], nodes: usize) -> String {
+    let bands: Vec<String> = (0..nodes)
+        .filter_map(|n| {
+            let peaks = minutes.iter().filter_map(|m| m.rss_mib.get(n).copied());
+            let (lo, hi) = peaks.fold((f64::MAX, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
+            (hi > 0.0).then(|| {
+                let spread = (hi - lo) / (hi + lo) * 100.0;
+                format!("n{} {lo:.0}–{hi:.0} MiB (± {spread:.1} %)", n + 1)
+            })
+        })
+        .collect();
+    format!("\nPeak RSS over the minutes: {}.\n", bands.join(", "))
 }
