@@ -180,11 +180,26 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        // Entries older than the decoded tail are read from disk with the log read-locked, so
-        // no purge can free their segment meanwhile; only a follower catching up asks for them.
-        self.mem()
-            .read(&*self.inner.dir, range)
-            .map_err(|e| StorageIOError::read_logs(openraft::AnyError::error(e.to_string())).into())
+        let read_err =
+            |e: StoreError| StorageIOError::read_logs(openraft::AnyError::error(e.to_string()));
+        if !self.mem().reads_disk_from(range.start_bound()) {
+            return self
+                .mem()
+                .read(&*self.inner.dir, range)
+                .map_err(|e| read_err(e).into());
+        }
+        // Entries older than the decoded tail (only a follower catching up asks for them) are
+        // read from disk with the log read-locked, so no purge can free their segment
+        // meanwhile; on a blocking thread, so no runtime worker waits for the disk.
+        let inner = self.inner.clone();
+        let owned = (range.start_bound().cloned(), range.end_bound().cloned());
+        tokio::task::spawn_blocking(move || {
+            let mem = inner.mem.read().unwrap_or_else(|p| p.into_inner());
+            mem.read(&*inner.dir, owned)
+        })
+        .await
+        .map_err(|e| read_err(StoreError::io("write-ahead log", std::io::Error::other(e))))?
+        .map_err(|e| read_err(e).into())
     }
 }
 

@@ -57,8 +57,12 @@ enum SnapshotBody {
     Encoded(Vec<u8>),
     /// A copy of the applied state, encoded straight into the file: a snapshot of a large
     /// state (~100 MB encoded) is never held encoded in memory, which is most of a node's
-    /// memory swing when it builds one.
-    State(Box<SmData>),
+    /// memory swing when it builds one. `measured` is its encoding's length and CRC32C,
+    /// which the file's headers need before the bytes ([`SnapshotBody::measure`]).
+    State {
+        state: Box<SmData>,
+        measured: (usize, u32),
+    },
 }
 
 impl SnapshotBody {
@@ -69,21 +73,32 @@ impl SnapshotBody {
                 checked_file::save_with_bytes(dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, meta, &data)?;
                 Ok(data.len())
             }
-            SnapshotBody::State(state) => {
-                let (len, crc) = encoded_state_len_and_checksum(&state).map_err(|e| {
-                    StoreError::corrupt(dir.describe(SNAPSHOT_FILE), 0, e.to_string())
-                })?;
+            SnapshotBody::State { state, measured } => {
                 checked_file::save_streamed(
                     dir,
                     SNAPSHOT_FILE,
                     SNAPSHOT_MAGIC,
                     meta,
                     &(STATE_FORMAT, &*state),
-                    (len, crc),
+                    measured,
                 )?;
-                Ok(len)
+                Ok(measured.0)
             }
         }
+    }
+
+    /// The body of a snapshot of `state`, measured on a snapshot thread: one encoding pass
+    /// into nothing, before any lock is taken (an install waits only for the write).
+    async fn measure(state: SmData) -> Result<SnapshotBody, StoreError> {
+        in_snapshot_thread(move || {
+            let measured = encoded_state_len_and_checksum(&state)
+                .map_err(|e| StoreError::corrupt(SNAPSHOT_FILE, 0, e.to_string()))?;
+            Ok(SnapshotBody::State {
+                state: Box::new(state),
+                measured,
+            })
+        })
+        .await?
     }
 }
 
@@ -337,9 +352,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         metrics::histogram!("raftlock_snapshot_copy_seconds")
             .record(copied.elapsed().as_secs_f64());
         let meta = snapshot_meta(&state);
-        self.shared
-            .persist_snapshot(&meta, SnapshotBody::State(Box::new(state)))
-            .await?;
+        let body = SnapshotBody::measure(state)
+            .await
+            .map_err(|e| snap_write(&meta, &e))?;
+        self.shared.persist_snapshot(&meta, body).await?;
         // openraft 0.9 keeps only the metadata of a snapshot it had built (core/sm/worker.rs,
         // `build_snapshot`): the data is dropped unread. It is in the file, which
         // `get_current_snapshot` reads when a follower needs it; reading it back here would
