@@ -28,13 +28,24 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
 }
 
 /// [`encode`] into `out` as it goes, never holding the whole encoding (a snapshot of a large
-/// state is ~100 MB); returns its length.
+/// state is ~100 MB); returns its length. `out` is written in pieces of up to
+/// [`WRITER_BUFFER_BYTES`]: the encoder writes each field on its own, a few bytes at a time,
+/// and a checksum or file write per field cost a snapshot several times the encoding itself.
 pub fn encode_to_writer<T: Serialize>(
     value: &T,
     out: &mut impl std::io::Write,
 ) -> Result<usize, CodecError> {
-    Ok(bincode::serde::encode_into_std_write(value, out, config())?)
+    let mut buffered = std::io::BufWriter::with_capacity(WRITER_BUFFER_BYTES, out);
+    let len = bincode::serde::encode_into_std_write(value, &mut buffered, config())?;
+    std::io::Write::flush(&mut buffered).map_err(|e| bincode::error::EncodeError::Io {
+        inner: e,
+        index: len,
+    })?;
+    Ok(len)
 }
+
+/// The pieces [`encode_to_writer`] writes.
+pub const WRITER_BUFFER_BYTES: usize = 64 * 1024;
 
 /// The length and CRC32C of [`encode`] of `value`, computed without keeping the bytes: with
 /// them a frame header can be written before the value is encoded again straight into a file.
