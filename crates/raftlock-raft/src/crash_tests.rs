@@ -84,6 +84,12 @@ struct Store {
     /// A purge not written yet: as in the log store, it rides in the next frame, before that
     /// frame's own operation.
     unwritten_purge: Option<LogId>,
+    /// The log as the running log store keeps it ([`DECODED_TAIL`] entries decoded, the rest
+    /// read back from their frames), changed in the order the log store changes it: an
+    /// append and a truncation before their frame is written, a purge at once (in memory
+    /// only), each frame recorded once durable. After every step it must read back as the
+    /// model, so the running path, not only a reopen, is checked against the disk.
+    live: LogContents,
 }
 
 impl Store {
@@ -96,9 +102,29 @@ impl Store {
             drop(model.purge(upto));
         }
         let frame = PendingFrame::after_purge(None, purge, op)?;
-        self.wal.write(&frame).map_err(|e| e.to_string())?;
+        let written = self.wal.write(&frame).map_err(|e| e.to_string())?;
+        if let Some((first, loc)) = written {
+            self.live.record_frame(first, loc);
+        }
         let removable = self.wal.take_removable_segments();
         remove_segments(&*self.dir, &removable).map_err(|e| e.to_string())
+    }
+
+    /// The live log reads back as `model`, less the purge not yet written (the live log has
+    /// made it already).
+    fn check_live(&self, model: &LogContents) {
+        let purged = self.unwritten_purge.map_or(0, |p| p.index + 1);
+        let expected: Vec<LogId> = (model.read(&*self.dir, purged..).expect("model reads"))
+            .iter()
+            .map(|e| e.log_id)
+            .collect();
+        let live: Vec<LogId> = (self.live.read(&*self.dir, ..))
+            .expect("the live log reads back")
+            .iter()
+            .map(|e| e.log_id)
+            .collect();
+        assert_eq!(live, expected, "the live log differs from the model");
+        assert!(self.live.entries.len() <= DECODED_TAIL.max(expected.len()));
     }
 }
 
@@ -119,13 +145,27 @@ fn reopen(dir: &SimDir) -> (Store, Expected) {
             dir,
             wal,
             unwritten_purge: None,
+            live: log,
         },
         state,
     )
 }
 
 /// Runs `step` against the store and the in-memory model; `Err` means the power failed.
+/// After a step that succeeded, the store's live log must read back as the model.
 fn run_step(
+    store: &mut Store,
+    model: &mut LogContents,
+    vote: &mut Option<u64>,
+    snap: &mut Option<Vec<u8>>,
+    step: &Step,
+) -> Result<(), String> {
+    run_step_unchecked(store, model, vote, snap, step)?;
+    store.check_live(model);
+    Ok(())
+}
+
+fn run_step_unchecked(
     store: &mut Store,
     model: &mut LogContents,
     vote: &mut Option<u64>,
@@ -142,6 +182,7 @@ fn run_step(
             let entries: Vec<Entry> = (0..*n as u64)
                 .map(|i| entry(term, next_index + i))
                 .collect();
+            store.live.append(entries.clone())?;
             let result = store.write(model, WalOpRef::Append(&entries));
             model.append(entries)?;
             result
@@ -153,6 +194,7 @@ fn run_step(
                 .saturating_sub(*n as u64)
                 .max(first_unpurged)
                 .max(pending);
+            store.live.truncate_from(from);
             let result = store.write(model, WalOpRef::TruncateFrom(from));
             model.truncate_from(from);
             result
@@ -165,6 +207,7 @@ fn run_step(
             let upto = unpurged[(unpurged.len() - 1) * usize::from(*per_mille) / 1000];
             // No I/O: durable with the next frame, and only then part of the model.
             store.unwritten_purge = store.unwritten_purge.max(Some(upto));
+            drop(store.live.purge(upto));
             Ok(())
         }
         Step::Vote => {
