@@ -101,13 +101,43 @@ impl Skew {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; the OS will not reuse it at once).
+/// A free TCP port on 127.0.0.1 for a node to listen on, never handed out twice by this
+/// process, and below the kernel's ephemeral range. Binding port 0 and releasing it (what
+/// this did before) hands out a port from that range, which the kernel may give at once to
+/// another socket — a test's proxy binding port 0 or any connection's source port — before
+/// the node binds it, and the node exits at start. That fits the set-up failures seen in CI
+/// (a node that never answered while "no leader all running nodes agree on"; not reproduced
+/// locally). Here the OS never picks these ports on its own, and this process's tests (run
+/// on two threads) never share one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    let below = ephemeral_range_start().max(FIRST + 1_000);
+    let span = below - FIRST;
+    // Where this process starts in the range: test binaries started one after another do
+    // not walk the same ports (a killed node's socket may linger).
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{below}");
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 if unread).
+fn ephemeral_range_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Polls `check` until it yields `Some`, or fails after `within`.
@@ -152,7 +182,8 @@ pub struct Cluster {
     peers: String,
     pub secret: String,
     pub platform: String,
-    _dir: tempfile::TempDir,
+    /// The cluster's temporary directory (data directories, node logs), removed with it.
+    dir: tempfile::TempDir,
     pub http: reqwest::Client,
     extra_args: Vec<String>,
     /// Per-node flags of the current incarnation, after `extra_args`.
@@ -427,7 +458,7 @@ impl Cluster {
             peers,
             secret: format!("secret-{}", uuid::Uuid::new_v4()),
             platform: format!("platform-{}", uuid::Uuid::new_v4()),
-            _dir: dir,
+            dir,
             http: match tls {
                 Some(certs) => certs.client()?,
                 None => reqwest::Client::builder()
@@ -457,8 +488,9 @@ impl Cluster {
             for id in cluster.ids() {
                 let view = cluster.view(id).await;
                 seen.push(format!(
-                    "node {id} running {}: {view:?}",
-                    cluster.is_running(id)
+                    "node {id} ({}): {view:?}; its log ends: {}",
+                    cluster.process_state(id),
+                    cluster.log_tail(id, 5)
                 ));
             }
             bail!("{e}; {}", seen.join("; "));
@@ -467,13 +499,19 @@ impl Cluster {
     }
 
     fn spawn(&mut self, id: u64, peers: &str) -> Result<()> {
-        let node = self.nodes.get_mut(&id).context("unknown node")?;
         let log = std::env::var("RAFTLOCK_TEST_LOG").unwrap_or_else(|_| "warn".into());
         let stderr = if std::env::var("RAFTLOCK_TEST_LOG").is_ok() {
             Stdio::inherit()
         } else {
-            Stdio::null()
+            // Warnings and errors only: kept for the set-up failure's report.
+            Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.log_path(id))?,
+            )
         };
+        let node = self.nodes.get_mut(&id).context("unknown node")?;
         let mut command = match self.wrappers.get(&id) {
             Some(wrapper) => {
                 let mut c = Command::new(&wrapper[0]);
@@ -553,6 +591,31 @@ impl Cluster {
     /// Node `id`'s peer listener, when it has one apart from its client address.
     pub fn peer_addr(&self, id: u64) -> Option<String> {
         self.nodes[&id].peer_addr.clone()
+    }
+
+    /// Where node `id`'s stderr goes (every incarnation appends), unless `RAFTLOCK_TEST_LOG`
+    /// sends it to the test's own.
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// The last `lines` lines node `id` logged, joined with ` | `.
+    fn log_tail(&self, id: u64, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join(" | ")
+    }
+
+    /// Whether node `id`'s process is alive, has exited (with what), or was stopped.
+    fn process_state(&mut self, id: u64) -> String {
+        match self.nodes.get_mut(&id).and_then(|n| n.child.as_mut()) {
+            None => "stopped by the test".into(),
+            Some(child) => match child.try_wait() {
+                Ok(None) => "process alive".into(),
+                Ok(Some(status)) => format!("process exited: {status}"),
+                Err(e) => format!("process unknown: {e}"),
+            },
+        }
     }
 
     pub fn is_running(&self, id: u64) -> bool {
