@@ -2,8 +2,8 @@
 # `make soak` (issue 18): a 3-node cluster under a fixed-rate mixed load for SOAK_MINUTES,
 # reported minute by minute — throughput, p50/p99/p99.9/max (from each job's scheduled start:
 # no coordinated omission), the longest a job queued for a connection and how late the
-# generator itself woke, errors, each node's RSS, leader changes, snapshots, fsyncs and the
-# stall sources over 50 ms. Plots the minutes into docs/soak-{small,large}.svg and writes
+# generator itself woke, errors, each node's peak RSS (sampled every second), leader changes,
+# snapshots, fsyncs and the stall sources over 50 ms. Plots the minutes into docs/soak-{small,large}.svg and writes
 # the table into docs/benchmarks.md between that variant's markers.
 #
 # Knobs: SOAK_MINUTES (30), SOAK_RATE jobs/s (4000; a job is 3 project-lock requests or 2
