@@ -559,7 +559,7 @@ impl Cluster {
     /// Adds a node process (not yet a member) that will be joined through the admin API.
     pub fn spawn_extra(&mut self, id: u64) -> Result<String> {
         let addr = format!("127.0.0.1:{}", free_port());
-        let data_dir = self._dir.path().join(id.to_string());
+        let data_dir = self.dir.path().join(id.to_string());
         self.nodes.insert(
             id,
             NodeProc {
