@@ -601,7 +601,8 @@ impl Cluster {
 
     /// The last `lines` lines node `id` logged, joined with ` | `.
     fn log_tail(&self, id: u64, lines: usize) -> String {
-        let log = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+        let bytes = std::fs::read(self.log_path(id)).unwrap_or_default();
+        let log = String::from_utf8_lossy(&bytes);
         let all: Vec<&str> = log.lines().collect();
         all[all.len().saturating_sub(lines)..].join(" | ")
     }

@@ -182,11 +182,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let read_err =
             |e: StoreError| StorageIOError::read_logs(openraft::AnyError::error(e.to_string()));
-        if !self.mem().reads_disk_from(range.start_bound()) {
-            return self
-                .mem()
-                .read(&*self.inner.dir, range)
-                .map_err(|e| read_err(e).into());
+        {
+            // One guard for the check and the read: an append in between could evict the start.
+            let mem = self.mem();
+            if !mem.reads_disk_from(range.start_bound()) {
+                return mem.read(&*self.inner.dir, range).map_err(|e| read_err(e).into());
+            }
         }
         // Entries older than the decoded tail (only a follower catching up asks for them) are
         // read from disk with the log read-locked, so no purge can free their segment
