@@ -186,7 +186,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
             // One guard for the check and the read: an append in between could evict the start.
             let mem = self.mem();
             if !mem.reads_disk_from(range.start_bound()) {
-                return mem.read(&*self.inner.dir, range).map_err(|e| read_err(e).into());
+                return mem
+                    .read(&*self.inner.dir, range)
+                    .map_err(|e| read_err(e).into());
             }
         }
         // Entries older than the decoded tail (only a follower catching up asks for them) are
