@@ -599,12 +599,17 @@ impl Cluster {
         self.dir.path().join(format!("node-{id}.log"))
     }
 
-    /// The last `lines` lines node `id` logged, joined with ` | `.
+    /// The first and the last `lines` lines node `id` logged, joined with ` | `: an exit at
+    /// start prints its error first and a long backtrace after it.
     fn log_tail(&self, id: u64, lines: usize) -> String {
         let bytes = std::fs::read(self.log_path(id)).unwrap_or_default();
         let log = String::from_utf8_lossy(&bytes);
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join(" | ")
+        let all: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        if all.len() <= 2 * lines {
+            return all.join(" | ");
+        }
+        let (first, last) = (&all[..lines], &all[all.len() - lines..]);
+        format!("{} | … | {}", first.join(" | "), last.join(" | "))
     }
 
     /// Whether node `id`'s process is alive, has exited (with what), or was stopped.
