@@ -403,6 +403,16 @@ mod tests {
             .collect()
     }
 
+    /// Blank entries at `indexes` written by leader 2 in term 2.
+    fn term_2_entries(indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+        indexes
+            .map(|i| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(2, 2), i),
+                payload: EntryPayload::Blank,
+            })
+            .collect()
+    }
+
     /// Reopens `disk` as a restart would see it: the indexes held and the last purged one.
     async fn reopened(disk: &SimDir) -> (Vec<u64>, Option<u64>) {
         let mut store = LogStore::open(Arc::new(disk.clone()), 1 << 20, None).unwrap();
@@ -441,25 +451,8 @@ mod tests {
 
         // A new leader's entries replace 7.. (in the middle of the frame holding 5..=9).
         store.truncate(log_id(7)).await.unwrap();
-        let term2: Vec<Entry> = (7..=8)
-            .map(|i| Entry {
-                log_id: LogId::new(CommittedLeaderId::new(2, 2), i),
-                payload: EntryPayload::Blank,
-            })
-            .collect();
-        store.blocking_append(term2).await.unwrap();
-        store
-            .blocking_append(
-                entries(9..=9)
-                    .into_iter()
-                    .map(|mut e| {
-                        e.log_id = LogId::new(CommittedLeaderId::new(2, 2), 9);
-                        e
-                    })
-                    .collect::<Vec<_>>(),
-            )
-            .await
-            .unwrap();
+        store.blocking_append(term_2_entries(7..=8)).await.unwrap();
+        store.blocking_append(term_2_entries(9..=9)).await.unwrap();
         let mut expected: Vec<(u64, u64)> = (1..=6).map(|i| (1, i)).collect();
         expected.extend((7..=9).map(|i| (2, i)));
         assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), expected);
@@ -470,15 +463,7 @@ mod tests {
             expected[4..].to_vec()
         );
         store
-            .blocking_append(
-                entries(10..=10)
-                    .into_iter()
-                    .map(|mut e| {
-                        e.log_id = LogId::new(CommittedLeaderId::new(2, 2), 10);
-                        e
-                    })
-                    .collect::<Vec<_>>(),
-            )
+            .blocking_append(term_2_entries(10..=10))
             .await
             .unwrap();
         expected.push((2, 10));
