@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use raftlock_tests::{eventually, rfc3339_ns, token, unix_now as now, Cluster, Locks, Skew};
+use raftlock_tests::{
+    eventually, rfc3339_ns, token, unix_now as now, Answer, Cluster, Locks, Skew,
+};
+use serde_json::json;
 
 fn parse_time(s: &str) -> Result<f64> {
     let ns = rfc3339_ns(s).with_context(|| format!("not an RFC 3339 time: {s}"))?;
@@ -270,7 +273,7 @@ async fn a_follower_restarted_on_a_stepped_clock_does_not_move_cluster_time() ->
         .admin_post(
             leader,
             "/admin/v1/cluster/leader",
-            serde_json::json!({ "node_id": follower }),
+            json!({ "node_id": follower }),
         )
         .await?;
     println!("move leader to the skewed node: {}", moved.status());
@@ -290,5 +293,100 @@ async fn a_follower_restarted_on_a_stepped_clock_does_not_move_cluster_time() ->
         "expires_at {:.1} s from true time + TTL (leader {leader})",
         expires - (sent + 30.0)
     );
+    Ok(())
+}
+
+/// A blocking call made through a follower whose cluster-time estimate trails the leader's
+/// line (here by ~0.45 s: the leader's clock was stepped back within `MAX_LAG`, so its stamps
+/// follow its slow wall clock, and the follower restarted without its clock hint sees only
+/// those) still waits the `timeout_seconds` it asked for, on the true clock. Before waits were
+/// forwarded as the time left, the follower's deadline in cluster time made both waits end
+/// about 0.45 s early at the leader (seen: `WaitForWaitGroup` and `AcquireLock` of 1 s
+/// answering `TIMED_OUT` after ~0.55 s).
+#[tokio::test]
+async fn a_wait_through_a_follower_behind_on_cluster_time_lasts_its_whole_timeout() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let skews: BTreeMap<u64, Skew> = (1..=3)
+        .map(|id| Ok((id, Skew::new(dir.path().join(format!("s{id}")), 0)?)))
+        .collect::<Result<_>>()?;
+    let env = skews.iter().map(|(id, s)| (*id, s.env())).collect();
+    let mut cluster = Cluster::start_with_env(3, env).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let follower = cluster.other_than(&[leader]);
+    let at_leader = Locks::new(&cluster, leader, &key);
+    let ok = |r: Answer| -> Result<serde_json::Value> {
+        if r.status != 200 {
+            bail!("{r:?}");
+        }
+        Ok(r.body)
+    };
+    ok(at_leader
+        .rpc("CreateNamespace", json!({ "name": "ns" }))
+        .await?)?;
+    let in_an_hour = ((now() + 3600.0) * 1e9) as i64;
+    ok(at_leader
+        .rpc(
+            "CreateWaitGroup",
+            json!({ "namespace_name": "ns", "wait_group_name": "batch", "counter": 1, "expires_at": in_an_hour, "delete_after_finished_seconds": 600 }),
+        )
+        .await?)?;
+    let lease = |process: &str| json!({ "namespace_name": "ns", "process_id": process, "ttl_seconds": 300 });
+    let holder = ok(at_leader.rpc("CreateLockLease", lease("holder")).await?)?;
+    let waiter = ok(at_leader.rpc("CreateLockLease", lease("waiter")).await?)?;
+    let acquire = |lease: &serde_json::Value, timeout: u64| json!({ "namespace_name": "ns", "lock_name": "job", "exclusive": true, "lease_id": lease["lease"]["lease_id"], "timeout_seconds": timeout });
+    let held = ok(at_leader.rpc("AcquireLock", acquire(&holder, 0)).await?)?;
+    assert_eq!(held["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{held}");
+
+    // The follower comes back with no hint and the leader's stamps 0.45 s behind its line.
+    let hint = cluster.data_dir(follower).join("clock_hint");
+    eventually(Duration::from_secs(10), "a clock hint", || async {
+        hint.exists().then_some(())
+    })
+    .await?;
+    cluster.kill(follower);
+    std::fs::remove_file(&hint)?;
+    skews[&leader].set(-450)?;
+    cluster.restart_with_env(follower, &[], skews[&follower].env())?;
+    let lag = eventually(
+        Duration::from_secs(20),
+        "the follower's estimate to trail",
+        || async {
+            // Live entries, stamped by the stepped leader, for the follower to observe.
+            at_leader.rpc("CreateLockLease", lease("tick")).await.ok()?;
+            cluster
+                .metric(follower, "raftlock_clock_offset_seconds")
+                .await
+                .filter(|o| *o > 0.3)
+        },
+    )
+    .await?;
+    println!("follower {follower}: cluster time {lag:.2} s behind its (true) wall clock");
+
+    let through_follower = Locks::new(&cluster, follower, &key);
+    let started = std::time::Instant::now();
+    let waited = ok(through_follower
+        .rpc(
+            "WaitForWaitGroup",
+            json!({ "namespace_name": "ns", "wait_group_name": "batch", "timeout_seconds": 1 }),
+        )
+        .await?)?;
+    let group_wait = started.elapsed();
+    assert_eq!(
+        waited["outcome"], "WAIT_GROUP_WAIT_OUTCOME_TIMED_OUT",
+        "{waited}"
+    );
+    let started = std::time::Instant::now();
+    let queued = ok(through_follower
+        .rpc("AcquireLock", acquire(&waiter, 1))
+        .await?)?;
+    let lock_wait = started.elapsed();
+    assert_eq!(queued["outcome"], "ACQUIRE_OUTCOME_TIMED_OUT", "{queued}");
+    println!("1 s waits through the follower: wait group {group_wait:?}, lock {lock_wait:?}");
+    assert!(
+        group_wait >= Duration::from_secs(1),
+        "wait group: {group_wait:?}"
+    );
+    assert!(lock_wait >= Duration::from_secs(1), "lock: {lock_wait:?}");
     Ok(())
 }

@@ -9,8 +9,9 @@ pub use raftlock_api::headers::{LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
 pub const HOPS_HEADER: &str = "x-raftlock-hops";
 /// Waiter id of a forwarded blocking acquire, stable across retries to a new leader.
 pub const WAITER_ID_HEADER: &str = "x-raftlock-waiter-id";
-/// Wall-clock deadline (ns) of a forwarded blocking acquire, stable across retries.
-pub const DEADLINE_HEADER: &str = "x-raftlock-deadline";
+/// Nanoseconds a forwarded blocking call may still wait, as the forwarding node measured on its
+/// monotonic clock when it sent (a duration, not an instant: see `http::wait::WaitContext`).
+pub const WAIT_LEFT_HEADER: &str = "x-raftlock-wait-left-ns";
 /// On a 503 to a forwarded request: it was never proposed, so the forwarding peer may send
 /// it to the new leader whatever it is.
 pub const NOT_PROPOSED_HEADER: &str = "x-raftlock-not-proposed";

@@ -199,12 +199,6 @@ impl Node {
         Ok(())
     }
 
-    /// This node's best estimate of cluster time (for deadlines of waits and local checks;
-    /// ownership decisions use [`Node::linearizable`], judged at the leader's stamp).
-    pub fn cluster_now(&self) -> Nanos {
-        self.clock.estimate(applied_time(&self.state))
-    }
-
     /// The leader's id and address, if one is known.
     pub fn leader(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics();

@@ -25,7 +25,7 @@ use super::idempotency::{self, ClientRequestId, FORWARDED_REQUEST_ID_HEADER};
 use super::wait::WaitContext;
 use crate::node::SharedNode;
 
-pub use crate::headers::{DEADLINE_HEADER, HOPS_HEADER, NOT_PROPOSED_HEADER, WAITER_ID_HEADER};
+pub use crate::headers::{HOPS_HEADER, NOT_PROPOSED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER};
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// After a failed attempt, how long to wait for news of a leader before trying again.
@@ -290,7 +290,7 @@ impl Call {
             headers: parts.headers.clone(),
             body,
             hops: arrived_hops + 1,
-            wait: WaitContext::for_request(node, parts, wait_secs, arrived_hops),
+            wait: WaitContext::for_request(parts, wait_secs, arrived_hops, arrived),
             deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
             repeatable: once || repeatable(&parts.method, path),
             request_id,
@@ -360,8 +360,8 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
     if let Some(id) = &call.wait.waiter_id {
         req = req.header(WAITER_ID_HEADER, id.as_str());
     }
-    if let Some(deadline) = call.wait.deadline {
-        req = req.header(DEADLINE_HEADER, deadline.to_string());
+    if let Some(left) = call.wait.left_header() {
+        req = req.header(WAIT_LEFT_HEADER, left);
     }
     if let Some(id) = call.request_id.0 {
         req = req.header(
@@ -423,7 +423,7 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
 fn is_internal(name: &str) -> bool {
     name == HOPS_HEADER
         || name == WAITER_ID_HEADER
-        || name == DEADLINE_HEADER
+        || name == WAIT_LEFT_HEADER
         || name == NOT_PROPOSED_HEADER
         || name == FORWARDED_REQUEST_ID_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
