@@ -30,7 +30,7 @@ unit:
 integration: pyenv
 	$(CARGO) build --bin raftlock
 	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock RAFTLOCK_PY_VENV=$(PY_VENV) \
-		$(CARGO) test -p raftlock-tests -- --test-threads=2
+		$(CARGO) test -p raftlock-tests --no-fail-fast -- --test-threads=2
 
 # The Python tools of the OpenAPI tests (schemathesis, a spec validator, a client
 # generator), pinned in tests/python/requirements.txt.
