@@ -261,10 +261,38 @@ impl TlsCerts {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for node in self.nodes.values_mut() {
-            if let Some(mut c) = node.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
+            if let Some(c) = node.child.take() {
+                kill_tree(c);
             }
+        }
+    }
+}
+
+/// SIGKILLs `child` and every process below it. A wrapper's node is the wrapper's child, and
+/// a tracer killed with SIGKILL (or stopped with SIGTERM) lets its tracee run on: seen with
+/// `strace -f sleep` here, where `sleep` outlived both.
+fn kill_tree(mut child: std::process::Child) {
+    let mut below = Vec::new();
+    descendants(child.id(), &mut below);
+    let _ = child.kill();
+    for pid in below {
+        // SAFETY: kill(2) with a pid read from /proc just now; at worst it names a process
+        // that already exited (ESRCH).
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let _ = child.wait();
+}
+
+/// Every process below `pid`, from `/proc/<pid>/task/<tid>/children`.
+fn descendants(pid: u32, out: &mut Vec<u32>) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(child);
+            descendants(child, out);
         }
     }
 }
@@ -630,19 +658,27 @@ impl Cluster {
 
     /// SIGKILL: no shutdown path runs.
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut c) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            kill_tree(c);
         }
     }
 
     /// SIGTERM, then waits for the process to exit: lets a wrapper (a tracer) flush its output.
     pub fn terminate(&mut self, id: u64) -> Result<()> {
+        let mut below = Vec::new();
+        if let Some(pid) = self.pid(id) {
+            descendants(pid, &mut below);
+        }
         if self.is_running(id) {
             self.signal(id, libc::SIGTERM)?;
         }
         if let Some(mut c) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
             c.wait()?;
+        }
+        // A wrapper's node outlives the wrapper (see `kill_tree`).
+        for pid in below {
+            // SAFETY: as in `kill_tree`.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
         Ok(())
     }
@@ -681,6 +717,13 @@ impl Cluster {
         self.node_env.insert(id, env);
         let peers = self.peers.clone();
         self.spawn(id, &peers)
+    }
+
+    /// Restarts a killed node as `wrapper... raftlock serve ...` (see
+    /// [`Cluster::start_wrapped`]), for this and later incarnations.
+    pub fn restart_wrapped(&mut self, id: u64, wrapper: Vec<String>) -> Result<()> {
+        self.wrappers.insert(id, wrapper);
+        self.restart(id)
     }
 
     /// The fault proxy, when started with [`Cluster::start_behind_proxy`].
