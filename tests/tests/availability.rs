@@ -554,3 +554,83 @@ async fn sdk_with_lock_and_cli_lock_run_keep_their_locks_through_three_leader_ki
     cli.wait().await?;
     Ok(())
 }
+
+/// Both followers' disks stall at once (every `fdatasync` held 900 ms, injected by strace)
+/// while the leader's is fine — what a shared disk did in the 30-minute soak, where six
+/// elections in one minute stopped every write for 2 s. The followers keep receiving the
+/// leader's heartbeats; only their answers wait for their flushes. Nobody campaigns: the term
+/// does not move, and writes go on at the followers' disk speed.
+#[tokio::test]
+async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let term = cluster.metric(leader, "raftlock_raft_term").await;
+    let slow_disk: Vec<String> = [
+        "strace",
+        "-f",
+        "-qq",
+        "--seccomp-bpf",
+        "-o",
+        "/dev/null",
+        "-e",
+        "trace=fdatasync",
+        "-e",
+        "inject=fdatasync:delay_enter=900ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for follower in cluster.ids().into_iter().filter(|id| *id != leader) {
+        cluster.kill(follower);
+        cluster.restart_wrapped(follower, slow_disk.clone())?;
+    }
+    let locks = Locks::new(&cluster, leader, &key);
+    // Back and caught up (slowly: every flush of theirs takes 900 ms).
+    let first = token();
+    eventually(
+        Duration::from_secs(60),
+        "a write with the slow followers",
+        || async {
+            // One token throughout: an attempt that timed out may still have been applied.
+            let a = locks.acquire("first", &first, 60).await.ok()?;
+            (a.status == 200).then_some(())
+        },
+    )
+    .await?;
+    let (mut took, mut unavailable) = (Vec::new(), 0);
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        let sent = Instant::now();
+        let a = locks
+            .acquire(&format!("slow-{}", took.len()), &token(), 60)
+            .await?;
+        match a.status {
+            200 => took.push(sent.elapsed()),
+            // A write that waited for two slow flushes in a row may miss the commit timeout.
+            503 => unavailable += 1,
+            other => panic!("{other}: {:?}", a.body),
+        }
+    }
+    took.sort();
+    println!(
+        "{} writes in 10 s ({unavailable} × 503), sorted: {took:?}",
+        took.len()
+    );
+    assert!(took.len() >= 3, "writes stopped: {took:?}");
+    let median = took[took.len() / 2];
+    assert!(
+        median >= Duration::from_millis(800),
+        "the followers' flushes were not slow: median write {median:?}"
+    );
+    for id in cluster.ids() {
+        assert_eq!(
+            cluster.metric(id, "raftlock_raft_term").await,
+            term,
+            "node {id} saw an election"
+        );
+    }
+    Ok(())
+}

@@ -486,8 +486,9 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
     }
 }
 
-/// When this node last heard from a leader it accepts (an `append_entries` or snapshot chunk
-/// that was not refused for a stale vote). openraft 0.9 keeps this to itself; the server's
+/// When this node last heard from a leader it accepts (an `append_entries` that arrived with
+/// at least this node's vote or was not refused for a stale one, or an accepted snapshot
+/// chunk). openraft 0.9 keeps this to itself; the server's
 /// pre-vote (`raftlock_server::election`) needs it to tell "no leader" from "a leader I
 /// cannot see".
 #[derive(Clone, Default)]
@@ -658,6 +659,15 @@ async fn answer_frame(
     match Kind::from_tag(tag) {
         Some(Kind::Append) => {
             answer(body, |req: AppendEntriesRequest| async move {
+                // Contact counts from the request's arrival, not only its answer: the answer
+                // waits for this node's own log flush, and a disk that stalls for longer than
+                // the lease made a follower that was hearing its leader every 100 ms take the
+                // leader for silent (both followers at once on a shared disk, which then
+                // granted each other's pre-vote and deposed a working leader). A request that
+                // does not carry at least the vote this node holds is no leader's it follows.
+                if req.vote >= raft.metrics().borrow().vote {
+                    contact.touch();
+                }
                 let answer = raft.append_entries(req).await;
                 if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
                     contact.touch();
