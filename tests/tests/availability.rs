@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use raftlock_client::{Acquire, Client, LockToken, Release};
 use raftlock_tests::{eventually, token, Cluster, Locks};
 use serde_json::json;
@@ -568,24 +569,9 @@ async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Resu
     cluster.lift_rate_limit("acme").await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
     let term = cluster.metric(leader, "raftlock_raft_term").await;
-    let slow_disk: Vec<String> = [
-        "strace",
-        "-f",
-        "-qq",
-        "--seccomp-bpf",
-        "-o",
-        "/dev/null",
-        "-e",
-        "trace=fdatasync",
-        "-e",
-        "inject=fdatasync:delay_enter=900ms",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
     for follower in cluster.ids().into_iter().filter(|id| *id != leader) {
         cluster.kill(follower);
-        cluster.restart_wrapped(follower, slow_disk.clone())?;
+        cluster.restart_wrapped(follower, slow_disk())?;
     }
     let locks = Locks::new(&cluster, leader, &key);
     // Back and caught up (slowly: every flush of theirs takes 900 ms).
@@ -602,10 +588,13 @@ async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Resu
     .await?;
     let (mut took, mut unavailable) = (Vec::new(), 0);
     let began = Instant::now();
+    let mut attempt = 0;
     while began.elapsed() < Duration::from_secs(10) {
         let sent = Instant::now();
+        // A fresh lock per attempt: one answered 503 may still be applied later.
+        attempt += 1;
         let a = locks
-            .acquire(&format!("slow-{}", took.len()), &token(), 60)
+            .acquire(&format!("slow-{attempt}"), &token(), 60)
             .await?;
         match a.status {
             200 => took.push(sent.elapsed()),
@@ -632,5 +621,165 @@ async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Resu
             "node {id} saw an election"
         );
     }
+    Ok(())
+}
+
+/// A wrapper that holds every `fdatasync` of the node 900 ms (strace fault injection): a disk
+/// that stalls on every flush.
+fn slow_disk() -> Vec<String> {
+    disk_held(Duration::from_millis(900))
+}
+
+/// A wrapper that holds every `fdatasync` of the node `by`.
+fn disk_held(by: Duration) -> Vec<String> {
+    [
+        "strace",
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        "-e",
+        "trace=fdatasync",
+        "-e",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("inject=fdatasync:delay_enter={}ms", by.as_millis())])
+    .collect()
+}
+
+/// Attaches `wrapper` (an strace command line) to the running node `id`; killing the tracer
+/// detaches it, and the cluster's drop kills the node.
+async fn attach(
+    cluster: &Cluster,
+    id: u64,
+    wrapper: &[String],
+) -> anyhow::Result<std::process::Child> {
+    let pid = cluster.pid(id).context("the node's pid")?;
+    let tracer = std::process::Command::new(&wrapper[0])
+        .args(&wrapper[1..])
+        .args(["-p", &pid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .context("strace")?;
+    eventually(Duration::from_secs(10), "strace to attach", || async {
+        traced(pid).then_some(())
+    })
+    .await?;
+    Ok(tracer)
+}
+
+/// Whether every thread of `pid` has a tracer.
+fn traced(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("status"))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("TracerPid:"))?;
+                Some(line.split_whitespace().nth(1)? != "0")
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// The leader's own disk stalls on every flush (900 ms). openraft 0.9's core waits for the
+/// leader's flush and sends no heartbeat meanwhile, so the followers heard nothing for longer
+/// than lease + election timeout and replaced a working leader on every write; the leader's
+/// beacon (`raftlock_server::election`) keeps them: the term does not move.
+#[tokio::test]
+async fn a_leader_whose_disk_stalls_keeps_leading() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    let slow = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    // Attached to the running leader: restarted slow, it would lose every election to a
+    // fast node.
+    let mut tracer = attach(&cluster, slow, &slow_disk()).await?;
+    let term = cluster.metric(slow, "raftlock_raft_term").await;
+    let locks = Locks::new(&cluster, slow, &key);
+    let (mut took, mut unavailable) = (Vec::new(), 0);
+    let began = Instant::now();
+    let mut attempt = 0;
+    while began.elapsed() < Duration::from_secs(10) {
+        let sent = Instant::now();
+        // A fresh lock per attempt: one answered 503 may still be applied later.
+        attempt += 1;
+        let a = locks
+            .acquire(&format!("slow-{attempt}"), &token(), 60)
+            .await?;
+        match a.status {
+            200 => took.push(sent.elapsed()),
+            503 => unavailable += 1,
+            other => panic!("{other}: {:?}", a.body),
+        }
+    }
+    took.sort();
+    println!(
+        "{} writes in 10 s ({unavailable} × 503), sorted: {took:?}",
+        took.len()
+    );
+    assert!(took.len() >= 3, "writes stopped: {took:?}");
+    let median = took[took.len() / 2];
+    assert!(
+        median >= Duration::from_millis(800),
+        "the leader's flushes were not slow: median write {median:?}"
+    );
+    for id in cluster.ids() {
+        assert_eq!(
+            cluster.metric(id, "raftlock_raft_term").await,
+            term,
+            "node {id} saw an election"
+        );
+    }
+    let beacons = cluster.metric(slow, "raftlock_leader_beacons_total").await;
+    println!("beacons sent by the slow leader: {beacons:?}");
+    let _ = tracer.kill();
+    let _ = tracer.wait();
+    Ok(())
+}
+
+/// A leader whose disk hangs (every `fdatasync` held 20 s) is still replaced: its beacon
+/// stops once a write has taken `WRITE_PATIENCE` (2 s), and the followers elect as after a
+/// crash — a write is served by a new leader within patience + failover + slack.
+#[tokio::test]
+async fn a_leader_whose_disk_hangs_is_still_replaced() -> anyhow::Result<()> {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.lift_rate_limit("acme").await?;
+    let hung = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let mut tracer = attach(&cluster, hung, &disk_held(Duration::from_secs(20))).await?;
+    let via = cluster.other_than(&[hung]);
+    let locks = Locks::new(&cluster, via, &key);
+    let began = Instant::now();
+    let mut attempt = 0;
+    // Served means a new leader: the hung one's core waits for its disk and commits nothing.
+    eventually(
+        Duration::from_secs(20),
+        "a write under a new leader",
+        || {
+            attempt += 1;
+            let name = format!("after-hang-{attempt}");
+            let locks = &locks;
+            async move {
+                let a = locks.acquire(&name, &token(), 60).await.ok()?;
+                (a.status == 200).then_some(())
+            }
+        },
+    )
+    .await?;
+    let took = began.elapsed();
+    let term = cluster.metric(via, "raftlock_raft_term").await;
+    println!("a write served {took:?} after node {hung}'s disk hung (term now {term:?})");
+    assert!(
+        took <= Duration::from_secs(6),
+        "a leader with a hung disk held the cluster for {took:?}"
+    );
+    let _ = tracer.kill();
+    let _ = tracer.wait();
     Ok(())
 }

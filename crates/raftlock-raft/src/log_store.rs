@@ -66,8 +66,29 @@ struct Inner {
     vote: Mutex<Option<Vote>>,
     /// Bytes written to the WAL by this process (for compaction by size).
     written: std::sync::atomic::AtomicU64,
+    /// When the WAL write + sync in progress began, if one is: openraft 0.9's core waits for
+    /// it in its loop and sends no heartbeat meanwhile, so the server tells followers the
+    /// leader is alive while this is young (`raftlock_server::election`).
+    writing_since: Mutex<Option<std::time::Instant>>,
     /// Holds the data directory's lock file open (and locked) for as long as the store lives.
     _dir_lock: Option<File>,
+}
+
+/// Marks a WAL write in progress for [`LogStore::writing_for`] until dropped (also when the
+/// write fails or its future is dropped).
+struct WritingNow<'a>(&'a Mutex<Option<std::time::Instant>>);
+
+impl<'a> WritingNow<'a> {
+    fn start(slot: &'a Mutex<Option<std::time::Instant>>) -> Self {
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+        WritingNow(slot)
+    }
+}
+
+impl Drop for WritingNow<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 fn write_logs_err(e: impl std::fmt::Display) -> StorageError {
@@ -107,6 +128,7 @@ impl LogStore {
                 janitor,
                 vote: Mutex::new(vote),
                 written: std::sync::atomic::AtomicU64::new(written),
+                writing_since: Mutex::new(None),
                 _dir_lock: dir_lock,
             }),
         })
@@ -138,6 +160,7 @@ impl LogStore {
     /// the janitor. Once it is durable, the entries it appended may leave memory (they can be
     /// read back from it).
     async fn write_frame(&self, frame: PendingFrame) -> Result<(), StoreError> {
+        let _writing = WritingNow::start(&self.inner.writing_since);
         let inner = self.inner.clone();
         let written = tokio::task::spawn_blocking(move || {
             let mut wal = inner.wal.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,6 +179,15 @@ impl LogStore {
             self.mem_mut().record_frame(first, loc);
         }
         Ok(())
+    }
+
+    /// How long the WAL write + sync in progress has taken so far; `None` when none is.
+    pub fn writing_for(&self) -> Option<std::time::Duration> {
+        self.inner
+            .writing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|since| since.elapsed())
     }
 
     /// Bytes written to the WAL: the segment files found at open plus what this process wrote.

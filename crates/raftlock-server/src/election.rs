@@ -21,6 +21,13 @@
 //! A node that cannot reach a majority never passes 4, so its term never moves; back in
 //! contact, it just follows. Nothing here can make two leaders: the real vote is still
 //! openraft's.
+//!
+//! A leader waiting for its own disk sends no heartbeat: openraft 0.9's core awaits the
+//! leader's log flush in its loop. So while a log write of the leader is in progress for
+//! longer than a heartbeat period, [`spawn`]'s beacon tells every other voter that it lives
+//! ([`ALIVE_PATH`], carrying its vote), which counts as contact — for at most
+//! [`WRITE_PATIENCE`] per write, so a disk that hangs is still replaced, that much later than
+//! a crash.
 
 use std::time::Duration;
 
@@ -41,6 +48,12 @@ pub const PREVOTE_PATH: &str = "/internal/leader/prevote";
 const CHECK_EVERY: Duration = Duration::from_millis(25);
 /// How long a pre-vote waits for the peers' answers.
 const PREVOTE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Internal route of the leader's beacon (cluster secret required).
+pub const ALIVE_PATH: &str = "/internal/leader/alive";
+/// How long one log write of the leader may take while its beacon still says it lives: long
+/// enough for the stalls a busy shared disk shows (up to ~1 s and more in the soak), short
+/// enough that a hung disk costs seconds, not the cluster.
+pub const WRITE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The timing the driver and the pre-vote share.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +78,71 @@ impl Timing {
 /// Starts the election driver of `node`.
 pub fn spawn(node: SharedNode, timing: Timing) {
     node.raft.runtime_config().elect(false);
+    tokio::spawn(beacon(node.clone(), node.config.heartbeat));
     tokio::spawn(drive(node, timing));
+}
+
+/// Every heartbeat period: if this node leads and its log write in progress has taken longer
+/// than that period but less than [`WRITE_PATIENCE`], tells every other voter it lives.
+async fn beacon(node: SharedNode, every: Duration) {
+    let me = node.config.node_id;
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if node.is_stopping() {
+            return;
+        }
+        let stalled = node
+            .log_writing_for()
+            .is_some_and(|w| w >= every && w < WRITE_PATIENCE);
+        if !stalled {
+            continue;
+        }
+        let (vote, addrs) = {
+            let m = node.raft.metrics();
+            let m = m.borrow();
+            if m.current_leader != Some(me) {
+                continue;
+            }
+            let membership = m.membership_config.membership();
+            let addrs: Vec<String> = membership
+                .voter_ids()
+                .filter(|id| *id != me)
+                .filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone()))
+                .collect();
+            (m.vote, addrs)
+        };
+        metrics::counter!("raftlock_leader_beacons_total").increment(1);
+        let sends = addrs.iter().map(|addr| {
+            node.peer_request(reqwest::Method::POST, &node.peer_url(addr, ALIVE_PATH))
+                .timeout(every)
+                .json(&vote)
+                .send()
+        });
+        // Best effort: a beacon lost is a heartbeat missed.
+        let _ = futures::future::join_all(sends).await;
+    }
+}
+
+/// `POST /internal/leader/alive`: a leader whose log write keeps its core from sending
+/// heartbeats says it lives; counted as contact when it carries at least this node's vote
+/// (a deposed leader's does not).
+pub async fn answer_alive(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(refusal) = auth::admit_peer(&node, &headers) {
+        return refusal.into_response();
+    }
+    let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
+        return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
+    };
+    if vote >= node.raft.metrics().borrow().vote {
+        node.contact.touch();
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn drive(node: SharedNode, timing: Timing) {

@@ -237,6 +237,11 @@ impl Node {
         self.proposer.hold().await
     }
 
+    /// How long this node's log write in progress has taken so far (`None`: none is).
+    pub fn log_writing_for(&self) -> Option<std::time::Duration> {
+        self.log.writing_for()
+    }
+
     /// (term, index) of the last entry in this node's log, the order Raft's vote uses.
     pub async fn last_log(&self) -> (u64, u64) {
         use openraft::storage::RaftLogStorage;

@@ -74,6 +74,10 @@ pub fn router(node: SharedNode) -> Router {
         .route(
             crate::election::PREVOTE_PATH,
             axum::routing::post(crate::election::answer_prevote),
+        )
+        .route(
+            crate::election::ALIVE_PATH,
+            axum::routing::post(crate::election::answer_alive),
         );
     let internal = raftlock_raft::internal_router(
         node.raft.clone(),
