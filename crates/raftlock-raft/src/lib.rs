@@ -58,8 +58,8 @@ pub use error::StoreError;
 pub use identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 pub use log_store::LogStore;
 pub use network::{
-    internal_router, LeaderContact, Network, NetworkConnection, CLUSTER_SECRET_HEADER,
-    SOURCE_HEADER,
+    carries_current_vote, internal_router, LeaderContact, Network, NetworkConnection,
+    CLUSTER_SECRET_HEADER, SOURCE_HEADER,
 };
 pub use state_machine::{SharedState, SmData, StateMachineStore};
 pub use store::{open, open_in, open_with_limits};

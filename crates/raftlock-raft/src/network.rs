@@ -37,7 +37,7 @@ use crate::peer_stream::{
 };
 use crate::typ::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    Node, NodeId, Raft, RaftError, TypeConfig, VoteRequest, VoteResponse,
+    Node, NodeId, Raft, RaftError, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// Header carrying the shared cluster secret when a peer stream is opened.
@@ -665,7 +665,7 @@ async fn answer_frame(
                 // leader for silent (both followers at once on a shared disk, which then
                 // granted each other's pre-vote and deposed a working leader). A request that
                 // does not carry at least the vote this node holds is no leader's it follows.
-                if req.vote >= raft.metrics().borrow().vote {
+                if carries_current_vote(&raft, &req.vote) {
                     contact.touch();
                 }
                 let answer = raft.append_entries(req).await;
@@ -694,6 +694,15 @@ async fn answer_frame(
             format!("unknown peer frame kind {tag}").into_bytes(),
         ),
     }
+}
+
+/// Whether `vote` (a leader's, on an append or a beacon) is at least the vote this node holds:
+/// the saved one and the term it is saving (metrics show the saved vote, while the term
+/// already moved in memory when a vote for a higher one is being written).
+pub fn carries_current_vote(raft: &Raft, vote: &Vote) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow();
+    *vote >= m.vote && vote.leader_id.term >= m.current_term
 }
 
 /// Decodes a request, calls the Raft, encodes its answer.

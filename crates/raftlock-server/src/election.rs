@@ -139,7 +139,7 @@ pub async fn answer_alive(
     let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
     };
-    if vote >= node.raft.metrics().borrow().vote {
+    if raftlock_raft::carries_current_vote(&node.raft, &vote) {
         node.contact.touch();
     }
     StatusCode::NO_CONTENT.into_response()

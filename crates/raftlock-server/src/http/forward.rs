@@ -424,6 +424,9 @@ fn is_internal(name: &str) -> bool {
     name == HOPS_HEADER
         || name == WAITER_ID_HEADER
         || name == WAIT_LEFT_HEADER
+        // The cluster-time deadline older nodes send and read instead: kept out of a
+        // mixed-version cluster's forwards too.
+        || name == "x-raftlock-deadline"
         || name == NOT_PROPOSED_HEADER
         || name == FORWARDED_REQUEST_ID_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER

@@ -395,6 +395,9 @@ impl Call {
         // clock the replicated queue uses to drop expired waiters.
         let now = self.node.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
+        // Counted from here, not from when the enqueue commits: a slow commit must not
+        // lengthen the wait the client asked for.
+        let until = tokio::time::Instant::now() + time_left(deadline, now);
         let wait = (r.timeout_seconds > 0).then(|| WaitSpec {
             waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
             deadline,
@@ -445,10 +448,7 @@ impl Call {
             guard.disarm();
             return Ok(first);
         }
-        let remaining = time_left(deadline, now);
-        let granted = self
-            .wait_in_queue(&r, &spec.waiter_id, tokio::time::Instant::now() + remaining)
-            .await?;
+        let granted = self.wait_in_queue(&r, &spec.waiter_id, until).await?;
         let reply = match granted {
             Some(reply) => reply,
             None => match self.write(cancel).await? {

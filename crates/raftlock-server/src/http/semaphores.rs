@@ -256,6 +256,8 @@ impl Call {
         // Judged on the state machine's clock, the one the replicated queue drops waiters by.
         let now = self.node.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
+        // Counted from here, not from when the enqueue commits (see `rpc::acquire`).
+        let until = tokio::time::Instant::now() + time_left(deadline, now);
         let spec = WaitSpec {
             waiter_id: ctx.waiter_id.clone().unwrap_or_else(new_waiter_id),
             deadline,
@@ -300,7 +302,6 @@ impl Call {
             guard.disarm();
             return Ok(first);
         }
-        let until = tokio::time::Instant::now() + time_left(deadline, now);
         let granted = self.wait_for_permits(&r, &spec.waiter_id, until).await?;
         let reply = match granted {
             Some(reply) => reply,
