@@ -586,19 +586,31 @@ async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Resu
         },
     )
     .await?;
+    writes_go_on_in_one_term(&cluster, &locks, term, "followers'").await?;
+    Ok(())
+}
+
+/// Writes through `locks` for 10 s with some node's flushes held 900 ms (`whose` names it): at
+/// least 3 succeed, their median takes at least 800 ms (so the flushes were slow), and no
+/// node's term moves from `term`. A write that waited for two slow flushes in a row may miss
+/// the commit timeout (503); a fresh lock per attempt, as one answered 503 may still apply.
+async fn writes_go_on_in_one_term(
+    cluster: &Cluster,
+    locks: &Locks,
+    term: Option<f64>,
+    whose: &str,
+) -> anyhow::Result<()> {
     let (mut took, mut unavailable) = (Vec::new(), 0);
     let began = Instant::now();
     let mut attempt = 0;
     while began.elapsed() < Duration::from_secs(10) {
         let sent = Instant::now();
-        // A fresh lock per attempt: one answered 503 may still be applied later.
         attempt += 1;
         let a = locks
             .acquire(&format!("slow-{attempt}"), &token(), 60)
             .await?;
         match a.status {
             200 => took.push(sent.elapsed()),
-            // A write that waited for two slow flushes in a row may miss the commit timeout.
             503 => unavailable += 1,
             other => panic!("{other}: {:?}", a.body),
         }
@@ -612,7 +624,7 @@ async fn followers_whose_disks_stall_keep_their_working_leader() -> anyhow::Resu
     let median = took[took.len() / 2];
     assert!(
         median >= Duration::from_millis(800),
-        "the followers' flushes were not slow: median write {median:?}"
+        "the {whose} flushes were not slow: median write {median:?}"
     );
     for id in cluster.ids() {
         assert_eq!(
@@ -701,40 +713,7 @@ async fn a_leader_whose_disk_stalls_keeps_leading() -> anyhow::Result<()> {
     let mut tracer = attach(&cluster, slow, &slow_disk()).await?;
     let term = cluster.metric(slow, "raftlock_raft_term").await;
     let locks = Locks::new(&cluster, slow, &key);
-    let (mut took, mut unavailable) = (Vec::new(), 0);
-    let began = Instant::now();
-    let mut attempt = 0;
-    while began.elapsed() < Duration::from_secs(10) {
-        let sent = Instant::now();
-        // A fresh lock per attempt: one answered 503 may still be applied later.
-        attempt += 1;
-        let a = locks
-            .acquire(&format!("slow-{attempt}"), &token(), 60)
-            .await?;
-        match a.status {
-            200 => took.push(sent.elapsed()),
-            503 => unavailable += 1,
-            other => panic!("{other}: {:?}", a.body),
-        }
-    }
-    took.sort();
-    println!(
-        "{} writes in 10 s ({unavailable} × 503), sorted: {took:?}",
-        took.len()
-    );
-    assert!(took.len() >= 3, "writes stopped: {took:?}");
-    let median = took[took.len() / 2];
-    assert!(
-        median >= Duration::from_millis(800),
-        "the leader's flushes were not slow: median write {median:?}"
-    );
-    for id in cluster.ids() {
-        assert_eq!(
-            cluster.metric(id, "raftlock_raft_term").await,
-            term,
-            "node {id} saw an election"
-        );
-    }
+    writes_go_on_in_one_term(&cluster, &locks, term, "leader's").await?;
     let beacons = cluster.metric(slow, "raftlock_leader_beacons_total").await;
     println!("beacons sent by the slow leader: {beacons:?}");
     let _ = tracer.kill();

@@ -99,20 +99,16 @@ async fn beacon(node: SharedNode, every: Duration) {
         if !stalled {
             continue;
         }
-        let (vote, addrs) = {
+        let (vote, voters) = {
             let m = node.raft.metrics();
             let m = m.borrow();
             if m.current_leader != Some(me) {
                 continue;
             }
-            let membership = m.membership_config.membership();
-            let addrs: Vec<String> = membership
-                .voter_ids()
-                .filter(|id| *id != me)
-                .filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone()))
-                .collect();
-            (m.vote, addrs)
+            let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+            (m.vote, voters)
         };
+        let addrs = other_voter_addrs(&node, &voters);
         metrics::counter!("raftlock_leader_beacons_total").increment(1);
         let sends = addrs.iter().map(|addr| {
             node.peer_request(reqwest::Method::POST, &node.peer_url(addr, ALIVE_PATH))
@@ -213,6 +209,19 @@ struct PreVote {
     last_log_index: u64,
 }
 
+/// The addresses of `voters` other than this node, from the membership it knows.
+fn other_voter_addrs(node: &SharedNode, voters: &[u64]) -> Vec<String> {
+    let me = node.config.node_id;
+    let m = node.raft.metrics();
+    let m = m.borrow();
+    voters
+        .iter()
+        .filter(|id| **id != me)
+        .filter_map(|id| m.membership_config.membership().get_node(id))
+        .map(|n| n.addr.clone())
+        .collect()
+}
+
 /// Asks every other voter; returns how many granted within [`PREVOTE_TIMEOUT`].
 async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
     let (last_log_term, last_log_index) = node.last_log().await;
@@ -220,17 +229,7 @@ async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
         last_log_term,
         last_log_index,
     };
-    let me = node.config.node_id;
-    let addrs: Vec<String> = {
-        let m = node.raft.metrics();
-        let m = m.borrow();
-        voters
-            .iter()
-            .filter(|id| **id != me)
-            .filter_map(|id| m.membership_config.membership().get_node(id))
-            .map(|n| n.addr.clone())
-            .collect()
-    };
+    let addrs = other_voter_addrs(node, voters);
     let asks = addrs.iter().map(|addr| ask(node, addr, &ask_body));
     futures::future::join_all(asks)
         .await
