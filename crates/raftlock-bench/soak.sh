@@ -3,7 +3,8 @@
 # reported minute by minute — throughput, p50/p99/p99.9/max (from each job's scheduled start:
 # no coordinated omission), the longest a job queued for a connection and how late the
 # generator itself woke, errors, each node's peak RSS (sampled every second), leader changes,
-# snapshots, fsyncs and the stall sources over 50 ms. Plots the minutes into docs/soak-{small,large}.svg and writes
+# snapshots, fsyncs, the stall sources over 50 ms and each node's longest wait in the kernel
+# (threads in state D: the disk). Plots the minutes into docs/soak-{small,large}.svg and writes
 # the table into docs/benchmarks.md between that variant's markers.
 #
 # Knobs: SOAK_MINUTES (30), SOAK_RATE jobs/s (4000; a job is 3 project-lock requests or 2
@@ -12,12 +13,15 @@
 # held in the background while it runs (0; 1000000 for large snapshots), SOAK_DIR
 # (target/soak; must be on disk), SOAK_BIN (target/release; built when it is the default),
 # SOAK_TRACE_SLOW=1 (print every job slower than 100 ms with its wall-clock time, to line
-# it up with node logs or a profile).
+# it up with node logs or a profile), SOAK_WARMUP minutes run first at the same rate and not
+# reported (1: the preload's last snapshots and freed memory settle within seconds of its end,
+# and would otherwise be counted as the soak's first minute).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 MINUTES=${SOAK_MINUTES:-30}
+WARMUP=${SOAK_WARMUP:-1}
 RATE=${SOAK_RATE:-4000}
 CONNECTIONS=${SOAK_CONNECTIONS:-64}
 HELD=${SOAK_HELD:-0}
@@ -54,7 +58,7 @@ if ((HELD > 0)); then
 fi
 log "soak: $RATE jobs/s for $MINUTES min"
 "$BIN/raftlock-bench" --threads 2 soak --endpoints "$EPS" --platform-token "$PLATFORM" \
-  --rate "$RATE" --minutes "$MINUTES" --connections "$CONNECTIONS" \
+  --rate "$RATE" --minutes "$MINUTES" --warmup-minutes "$WARMUP" --connections "$CONNECTIONS" \
   --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" | tee "$WORK/soak.log"
 
 # Plot the minutes, then splice table and plot into docs/benchmarks.md between this
@@ -62,14 +66,14 @@ log "soak: $RATE jobs/s for $MINUTES min"
 VARIANT=$([[ $HELD -gt 0 ]] && echo large || echo small)
 "$BIN/raftlock-bench" soak-plot --table "$WORK/soak.md" --svg "docs/soak-$VARIANT.svg" \
   --title "make soak: $RATE jobs/s, $HELD locks held, latency per minute"
-python3 - "$WORK/soak.md" "$MINUTES" "$RATE" "$HELD" "$VARIANT" <<'SPLICE'
+python3 - "$WORK/soak.md" "$MINUTES" "$RATE" "$HELD" "$VARIANT" "$WARMUP" <<'SPLICE'
 import sys, datetime, re
-table, minutes, rate, held, variant = open(sys.argv[1]).read(), *sys.argv[2:6]
+table, minutes, rate, held, variant, warmup = open(sys.argv[1]).read(), *sys.argv[2:7]
 path = "docs/benchmarks.md"
 doc = open(path).read()
 when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 begin, end = f"<!-- soak-{variant}:begin -->", f"<!-- soak-{variant}:end -->"
-section = (f"{begin}\n_`make soak` on {when}: {rate} jobs/s for {minutes} min, "
+section = (f"{begin}\n_`make soak` on {when}: {rate} jobs/s for {minutes} min after {warmup} min of warm-up, "
            f"{held} project locks held in the background; latency from each job's scheduled "
            f"start (open loop)._\n\n![latency per minute](soak-{variant}.svg)\n\n{table}{end}")
 if begin in doc:

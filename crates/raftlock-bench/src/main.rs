@@ -111,6 +111,9 @@ enum Cmd {
         rate: f64,
         #[arg(long, default_value_t = 30)]
         minutes: usize,
+        /// Minutes run first at the same rate and not reported (see `soak::Plan`).
+        #[arg(long, default_value_t = 1)]
+        warmup_minutes: usize,
         #[arg(long, default_value_t = 64)]
         connections: usize,
         /// The nodes' process ids, in `endpoints` order, for their RSS.
@@ -350,6 +353,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             platform_token,
             rate,
             minutes,
+            warmup_minutes,
             connections,
             pids,
             md,
@@ -362,12 +366,19 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 leader,
                 key: Some(key),
             };
-            eprintln!("soak: {rate} jobs/s for {minutes} min over {connections} connections");
-            let table = soak::run(&target, &endpoints, &pids, rate, minutes, connections, |m| {
+            eprintln!("soak: {rate} jobs/s for {minutes} min (after {warmup_minutes} min of warm-up) over {connections} connections");
+            let plan = soak::Plan {
+                rate,
+                minutes,
+                warmup_minutes,
+                connections,
+            };
+            let table = soak::run(&target, &endpoints, &pids, &plan, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}",
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}  longest disk wait {:?} ms",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
-                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs, m.slow
+                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
+                    m.disk_wait_ms.iter().map(|w| w.round() as i64).collect::<Vec<_>>()
                 );
             })
             .await?;

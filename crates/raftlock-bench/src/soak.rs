@@ -10,8 +10,11 @@
 //! Each minute prints throughput, p50/p99/p99.9/max, errors, and per node: the peak RSS
 //! (`/proc/<pid>/status`, sampled every second: a memory spike shorter than the minute, such
 //! as a snapshot's buffer, is seen), leader changes, snapshots built and fsyncs (from
-//! `/metrics`).
+//! `/metrics`), and the longest any thread of the node waited in the kernel (state `D`,
+//! sampled every 100 ms): when every node shows the same long wait in the same minute, the
+//! stall was the disk they share.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,10 @@ pub struct Minute {
     pub fsyncs: f64,
     /// Events over 50 ms this minute, all nodes, per [`STALL_SOURCES`] entry.
     pub slow: Vec<f64>,
+    /// Per node: the longest any of its threads stayed in uninterruptible sleep this minute
+    /// (see [`spawn_disk_wait_sampler`]). The same long wait on every node at once is the
+    /// shared disk, not one node's work.
+    pub disk_wait_ms: Vec<f64>,
 }
 
 /// The stall histograms: label and series. An event counts as slow above 50 ms.
@@ -114,6 +121,58 @@ fn spawn_rss_sampler(
     })
 }
 
+/// The threads of `pid` in uninterruptible sleep (state `D` in `/proc/<pid>/task/*/stat`):
+/// waiting in the kernel, for a node almost always on its disk (an `fdatasync`, a page under
+/// writeback).
+fn threads_in_disk_wait(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            (thread_state(&stat)? == 'D').then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The state letter of a `/proc/.../stat` line. It follows the command name, which is in
+/// parentheses and may itself hold spaces and parentheses, so it is found from the last `)`.
+fn thread_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 2..)?.chars().next()
+}
+
+/// Every 100 ms, notes each node thread in uninterruptible sleep; per node, `longest` holds the
+/// longest such wait seen since it was last reset (a wait still going counts as far as it got,
+/// so one spanning minutes shows in each). Sampled, so a wait is seen to within 100 ms.
+fn spawn_disk_wait_sampler(
+    pids: Vec<u32>,
+    longest: Arc<std::sync::Mutex<Vec<f64>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut since: HashMap<(usize, u32), Instant> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let mut waiting = HashSet::new();
+            for (node, pid) in pids.iter().enumerate() {
+                for tid in threads_in_disk_wait(*pid) {
+                    waiting.insert((node, tid));
+                    since.entry((node, tid)).or_insert(now);
+                }
+            }
+            since.retain(|key, _| waiting.contains(key));
+            let mut longest = longest.lock().expect("disk waits");
+            for ((node, _), start) in &since {
+                let ms = now.duration_since(*start).as_secs_f64() * 1000.0;
+                longest[*node] = longest[*node].max(ms);
+            }
+        }
+    })
+}
+
 /// Cumulative counters, all nodes, from one scrape of each: leader changes, snapshots,
 /// fsyncs, then per stall source the events over 50 ms.
 async fn counters(endpoints: &[String]) -> Vec<f64> {
@@ -148,16 +207,36 @@ async fn until_every_node_knows_a_leader(endpoints: &[String]) {
     }
 }
 
-/// Runs the soak; `on_minute` sees each minute as it completes.
+/// What a soak runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Jobs scheduled per second.
+    pub rate: f64,
+    /// Minutes measured and reported.
+    pub minutes: usize,
+    /// Minutes run at the same rate before them and not reported: a cluster that was just
+    /// preloaded with 1M locks is still writing the snapshots and freeing the memory of the
+    /// preload for some seconds (RSS 307 → 406 → 347 MiB within 20 s of the preload's end),
+    /// which is the preload's cost, not the steady state the soak measures.
+    pub warmup_minutes: usize,
+    /// Connections the jobs are spread over (each runs one job at a time).
+    pub connections: usize,
+}
+
+/// Runs the soak; `on_minute` sees each measured minute as it completes.
 pub async fn run(
     target: &Target,
     endpoints: &[String],
     pids: &[u32],
-    rate: f64,
-    minutes: usize,
-    connections: usize,
+    plan: &Plan,
     mut on_minute: impl FnMut(&Minute),
 ) -> anyhow::Result<Vec<Minute>> {
+    let Plan {
+        rate,
+        minutes,
+        warmup_minutes,
+        connections,
+    } = *plan;
     hier_namespace(&mut target.conn(), NAMESPACE).await?;
     let window = Arc::new(Mutex::new(Window::default()));
     let (tx, rx) = mpsc::channel::<Job>(MAX_BACKLOG);
@@ -169,11 +248,13 @@ pub async fn run(
     until_every_node_knows_a_leader(endpoints).await;
     let peaks = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
     let sampler = spawn_rss_sampler(pids.to_vec(), peaks.clone());
+    let disk_waits = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
+    let disk_sampler = spawn_disk_wait_sampler(pids.to_vec(), disk_waits.clone());
     let start = Instant::now();
     let mut before = counters(endpoints).await;
     let mut results = Vec::new();
     let mut seq = 0u64;
-    for minute in 1..=minutes {
+    for minute in 1..=warmup_minutes + minutes {
         let mut late_us = 0;
         let minute_end = start + Duration::from_secs(60 * minute as u64);
         // Schedule this minute's jobs at their exact times.
@@ -201,7 +282,7 @@ pub async fn run(
         lat.sort_unstable();
         let after = counters(endpoints).await;
         let m = Minute {
-            minute,
+            minute: minute.saturating_sub(warmup_minutes),
             requests: lat.len(),
             errors: taken.errors,
             p50_ms: quantile(&lat, 0.50),
@@ -218,12 +299,26 @@ pub async fn run(
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
             slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
+            disk_wait_ms: std::mem::replace(
+                &mut *disk_waits.lock().expect("disk waits"),
+                vec![0.0; pids.len()],
+            ),
         };
         before = after;
+        if minute <= warmup_minutes {
+            eprintln!(
+                "[soak] warm-up minute {minute} of {warmup_minutes} (not reported): p99 {:.2} ms, max {:.1} ms, rss {:?} MiB",
+                m.p99_ms,
+                m.max_ms,
+                m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>()
+            );
+            continue;
+        }
         on_minute(&m);
         results.push(m);
     }
     sampler.abort();
+    disk_sampler.abort();
     Ok(results)
 }
 
@@ -345,15 +440,16 @@ pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
         .map(|n| format!("peak RSS n{n} (MiB)"))
         .collect();
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | over 50 ms ({}) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | over 50 ms ({}) | longest disk wait ({}, ms) |\n",
         rss.join(" | "),
-        STALL_SOURCES.iter().map(|(l, _)| *l).collect::<Vec<_>>().join("/")
+        STALL_SOURCES.iter().map(|(l, _)| *l).collect::<Vec<_>>().join("/"),
+        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/")
     );
-    out += &format!("|{}\n", " --- |".repeat(11 + nodes));
+    out += &format!("|{}\n", " --- |".repeat(12 + nodes));
     for m in minutes {
         let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out += &format!(
-            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
             m.minute,
             m.requests as f64 / 60.0,
             m.p50_ms,
@@ -368,6 +464,11 @@ pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
             m.slow
                 .iter()
                 .map(|v| format!("{v}"))
+                .collect::<Vec<_>>()
+                .join("/"),
+            m.disk_wait_ms
+                .iter()
+                .map(|v| format!("{v:.0}"))
                 .collect::<Vec<_>>()
                 .join("/")
         );
@@ -389,4 +490,16 @@ fn rss_band(minutes: &[Minute], nodes: usize) -> String {
         })
         .collect();
     format!("\nPeak RSS over the minutes: {}.\n", bands.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_state_is_read_past_any_command_name() {
+        assert_eq!(thread_state("42 (tokio-rt-worker) D 1 2 3"), Some('D'));
+        assert_eq!(thread_state("42 (a) D (b) S 1 2 3"), Some('S'));
+        assert_eq!(thread_state("42 (no end"), None);
+    }
 }
