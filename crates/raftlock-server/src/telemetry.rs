@@ -297,8 +297,26 @@ pub fn init_metrics() {
             }
         }
         register_all();
+        spawn_upkeep(handle.clone());
         handle
     });
+}
+
+/// How often the recorder's histograms are drained into their buckets between scrapes.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Drains the recorder's histograms every [`UPKEEP_EVERY`] on a thread of its own.
+/// `install_recorder` keeps every histogram sample in memory until something renders
+/// `/metrics` (its docs leave the upkeep to the caller): a node nobody scrapes — or scrapes
+/// once a minute — holds each request's samples that long, several per request.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+        })
+        .expect("spawn the metrics upkeep thread");
 }
 
 /// Label values of series that carry labels, so they exist (at zero) from the start.
