@@ -377,8 +377,8 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 println!(
                     "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}  longest disk wait {:?} ms",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
-                    m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>(), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
-                    m.disk_wait_ms.iter().map(|w| w.round() as i64).collect::<Vec<_>>()
+                    soak::rounded(&m.rss_mib), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
+                    soak::rounded(&m.disk_wait_ms)
                 );
             })
             .await?;

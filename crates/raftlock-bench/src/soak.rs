@@ -121,6 +121,18 @@ fn spawn_rss_sampler(
     })
 }
 
+/// What a per-node sampler raised during the minute, zeroed for the next one.
+fn take_minute(per_node: &std::sync::Mutex<Vec<f64>>) -> Vec<f64> {
+    let mut values = per_node.lock().expect("per-node samples");
+    let nodes = values.len();
+    std::mem::replace(&mut *values, vec![0.0; nodes])
+}
+
+/// Per-node figures rounded for a console line.
+pub fn rounded(values: &[f64]) -> Vec<i64> {
+    values.iter().map(|v| v.round() as i64).collect()
+}
+
 /// The threads of `pid` in uninterruptible sleep (state `D` in `/proc/<pid>/task/*/stat`):
 /// waiting in the kernel, for a node almost always on its disk (an `fdatasync`, a page under
 /// writeback).
@@ -291,18 +303,12 @@ pub async fn run(
             max_ms: lat.last().map_or(0.0, |v| *v as f64 / 1000.0),
             max_queued_ms: taken.max_queued_us as f64 / 1000.0,
             max_late_ms: late_us as f64 / 1000.0,
-            rss_mib: std::mem::replace(
-                &mut *peaks.lock().expect("rss peaks"),
-                vec![0.0; pids.len()],
-            ),
+            rss_mib: take_minute(&peaks),
             leader_changes: after[0] - before[0],
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
             slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
-            disk_wait_ms: std::mem::replace(
-                &mut *disk_waits.lock().expect("disk waits"),
-                vec![0.0; pids.len()],
-            ),
+            disk_wait_ms: take_minute(&disk_waits),
         };
         before = after;
         if minute <= warmup_minutes {
@@ -310,7 +316,7 @@ pub async fn run(
                 "[soak] warm-up minute {minute} of {warmup_minutes} (not reported): p99 {:.2} ms, max {:.1} ms, rss {:?} MiB",
                 m.p99_ms,
                 m.max_ms,
-                m.rss_mib.iter().map(|r| r.round() as i64).collect::<Vec<_>>()
+                rounded(&m.rss_mib)
             );
             continue;
         }
