@@ -122,6 +122,9 @@ enum Cmd {
         /// Write the minutes as a markdown table here.
         #[arg(long)]
         md: Option<PathBuf>,
+        /// The system under load: raftlock, or etcd with the same jobs on the same disk.
+        #[arg(long, value_enum, default_value_t = System::Raftlock)]
+        system: System,
     },
     /// Grackle's other primitives: a hot semaphore, wait-group job completions, a 16-party
     /// barrier; prints a markdown table.
@@ -357,15 +360,22 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             connections,
             pids,
             md,
+            system,
         } => {
-            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
-            let key = raftlock_project(&leader, &platform_token, &format!("soak-{}", unix_secs()))
-                .await?;
-            let target = Target {
-                system: System::Raftlock,
-                leader,
-                key: Some(key),
+            let leader = find_leader(system, &endpoints, Duration::from_secs(30)).await?;
+            let key = match system {
+                System::Raftlock => Some(
+                    raftlock_project(&leader, &platform_token, &format!("soak-{}", unix_secs()))
+                        .await?,
+                ),
+                System::Etcd => None,
             };
+            let target = Target {
+                system,
+                leader,
+                key,
+            };
+            let metrics = soak::SoakMetrics::of(system);
             eprintln!("soak: {rate} jobs/s for {minutes} min (after {warmup_minutes} min of warm-up) over {connections} connections");
             let plan = soak::Plan {
                 rate,
@@ -375,7 +385,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             };
             let table = soak::run(&target, &endpoints, &pids, &plan, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  over 50 ms (apply/queue/fsync/snapshot/purge) {:?}  longest disk wait {:?} ms",
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  slow {:?}  longest disk wait {:?} ms",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
                     soak::rounded(&m.rss_mib), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
                     soak::rounded(&m.disk_wait_ms)
@@ -383,7 +393,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             })
             .await?;
             if let Some(path) = md {
-                std::fs::write(&path, soak::markdown(&table, pids.len()))?;
+                std::fs::write(&path, soak::markdown(&table, pids.len(), metrics))?;
             }
             Ok(())
         }

@@ -13,6 +13,12 @@
 //! `/metrics`), and the longest any thread of the node waited in the kernel (state `D`,
 //! sampled every 100 ms): when every node shows the same long wait in the same minute, the
 //! stall was the disk they share.
+//!
+//! The same soak drives etcd (`--system etcd`): a job there is the same number of requests —
+//! create a key under the worker's lease (a `txn` on `create_revision == 0`, how etcd's own
+//! mutex takes a lock) → keep the lease alive → delete the key, or create → delete — so both
+//! systems meet the same rate on the same disk, and a stall both see in the same minutes is
+//! the machine's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,7 +29,10 @@ use serde_json::json;
 use tokio::sync::{mpsc, Mutex};
 
 use crate::conn::Conn;
-use crate::systems::{hier_namespace, rl_lease, rl_release, rpc, scrape, series_sum, Target};
+use crate::systems::{
+    etcd_create, etcd_delete, etcd_grant, etcd_keepalive, hier_namespace, rl_lease, rl_release,
+    rpc, scrape, series_sum, System, Target,
+};
 
 /// How many jobs may wait for a free connection before the generator counts them as
 /// errors (a cluster that stopped answering must not grow the queue without bound).
@@ -56,7 +65,7 @@ pub struct Minute {
     pub leader_changes: f64,
     pub snapshots: f64,
     pub fsyncs: f64,
-    /// Events over 50 ms this minute, all nodes, per [`STALL_SOURCES`] entry.
+    /// Slow events this minute, all nodes, per stall source of the system's [`SoakMetrics`].
     pub slow: Vec<f64>,
     /// Per node: the longest any of its threads stayed in uninterruptible sleep this minute
     /// (see [`spawn_disk_wait_sampler`]). The same long wait on every node at once is the
@@ -64,14 +73,64 @@ pub struct Minute {
     pub disk_wait_ms: Vec<f64>,
 }
 
-/// The stall histograms: label and series. An event counts as slow above 50 ms.
-pub const STALL_SOURCES: &[(&str, &str)] = &[
-    ("apply", "raftlock_apply_duration_seconds"),
-    ("queue", "raftlock_proposer_queue_wait_seconds"),
-    ("fsync", "raftlock_wal_fsync_duration_seconds"),
-    ("snapshot", "raftlock_snapshot_duration_seconds"),
-    ("purge", "raftlock_log_purge_duration_seconds"),
-];
+/// What a system's `/metrics` calls the figures a soak reports each minute.
+pub struct SoakMetrics {
+    /// Counter of leader changes (a node counts its first known leader as one).
+    leader_changes: &'static str,
+    /// Counter of snapshots taken.
+    snapshots: &'static str,
+    /// Counter of log fsyncs.
+    fsyncs: &'static str,
+    /// The bucket bound (seconds, as the histograms spell it) above which an event is slow:
+    /// 50 ms for raftlock; etcd's buckets are powers of two, so 64 ms there.
+    slow_above: &'static str,
+    /// The stall histograms: label and series.
+    stall_sources: &'static [(&'static str, &'static str)],
+}
+
+impl SoakMetrics {
+    pub fn of(system: System) -> &'static SoakMetrics {
+        match system {
+            System::Raftlock => &RAFTLOCK_METRICS,
+            System::Etcd => &ETCD_METRICS,
+        }
+    }
+
+    /// The table's heading of the slow-event column, e.g. `over 50 ms (apply/queue/...)`.
+    fn slow_heading(&self) -> String {
+        let ms = self.slow_above.parse::<f64>().unwrap_or(0.0) * 1000.0;
+        let labels: Vec<&str> = self.stall_sources.iter().map(|(l, _)| *l).collect();
+        format!("over {ms:.0} ms ({})", labels.join("/"))
+    }
+}
+
+const RAFTLOCK_METRICS: SoakMetrics = SoakMetrics {
+    leader_changes: "raftlock_leader_changes_total",
+    snapshots: "raftlock_snapshot_duration_seconds_count",
+    fsyncs: "raftlock_wal_fsync_duration_seconds_count",
+    slow_above: "0.05",
+    stall_sources: &[
+        ("apply", "raftlock_apply_duration_seconds"),
+        ("queue", "raftlock_proposer_queue_wait_seconds"),
+        ("fsync", "raftlock_wal_fsync_duration_seconds"),
+        ("snapshot", "raftlock_snapshot_duration_seconds"),
+        ("purge", "raftlock_log_purge_duration_seconds"),
+    ],
+};
+
+const ETCD_METRICS: SoakMetrics = SoakMetrics {
+    leader_changes: "etcd_server_leader_changes_seen_total",
+    snapshots: "etcd_debugging_snap_save_total_duration_seconds_count",
+    fsyncs: "etcd_disk_wal_fsync_duration_seconds_count",
+    slow_above: "0.064",
+    stall_sources: &[
+        ("fsync", "etcd_disk_wal_fsync_duration_seconds"),
+        (
+            "backend commit",
+            "etcd_disk_backend_commit_duration_seconds",
+        ),
+    ],
+};
 
 /// Latencies (µs) and errors of the current minute, shared by the workers.
 #[derive(Default)]
@@ -187,17 +246,17 @@ fn spawn_disk_wait_sampler(
 
 /// Cumulative counters, all nodes, from one scrape of each: leader changes, snapshots,
 /// fsyncs, then per stall source the events over 50 ms.
-async fn counters(endpoints: &[String]) -> Vec<f64> {
+async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> Vec<f64> {
     let texts = scrape(endpoints).await;
     let mut values = vec![
-        series_sum(&texts, "raftlock_leader_changes_total"),
-        series_sum(&texts, "raftlock_snapshot_duration_seconds_count"),
-        series_sum(&texts, "raftlock_wal_fsync_duration_seconds_count"),
+        series_sum(&texts, metrics.leader_changes),
+        series_sum(&texts, metrics.snapshots),
+        series_sum(&texts, metrics.fsyncs),
     ];
-    for (_, series) in STALL_SOURCES {
+    for (_, series) in metrics.stall_sources {
         let all = series_sum(&texts, &format!("{series}_count"));
-        let fast = series_sum(&texts, &format!("{series}_bucket{{le=\"0.05\"}}"));
-        values.push(all - fast);
+        let bucket = format!("{series}_bucket{{le=\"{}\"}}", metrics.slow_above);
+        values.push(all - series_sum(&texts, &bucket));
     }
     values
 }
@@ -205,13 +264,12 @@ async fn counters(endpoints: &[String]) -> Vec<f64> {
 /// Waits (at most 10 s) until each node has seen a leader. A node counts its first known
 /// leader as a leader change; on a cluster that just formed, a follower may learn of the
 /// leader after the baseline is taken, and minute 1 would report that as a change.
-async fn until_every_node_knows_a_leader(endpoints: &[String]) {
+async fn until_every_node_knows_a_leader(metrics: &SoakMetrics, endpoints: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let texts = scrape(endpoints).await;
-        let knows = |text: &String| {
-            series_sum(std::slice::from_ref(text), "raftlock_leader_changes_total") >= 1.0
-        };
+        let knows =
+            |text: &String| series_sum(std::slice::from_ref(text), metrics.leader_changes) >= 1.0;
         if texts.iter().all(knows) {
             return;
         }
@@ -249,7 +307,10 @@ pub async fn run(
         warmup_minutes,
         connections,
     } = *plan;
-    hier_namespace(&mut target.conn(), NAMESPACE).await?;
+    let metrics = SoakMetrics::of(target.system);
+    if target.system == System::Raftlock {
+        hier_namespace(&mut target.conn(), NAMESPACE).await?;
+    }
     let window = Arc::new(Mutex::new(Window::default()));
     let (tx, rx) = mpsc::channel::<Job>(MAX_BACKLOG);
     let rx = Arc::new(Mutex::new(rx));
@@ -257,13 +318,13 @@ pub async fn run(
         let (target, window, rx) = (target.clone(), window.clone(), rx.clone());
         tokio::spawn(async move { work(worker, target, window, rx).await });
     }
-    until_every_node_knows_a_leader(endpoints).await;
+    until_every_node_knows_a_leader(metrics, endpoints).await;
     let peaks = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
     let sampler = spawn_rss_sampler(pids.to_vec(), peaks.clone());
     let disk_waits = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
     let disk_sampler = spawn_disk_wait_sampler(pids.to_vec(), disk_waits.clone());
     let start = Instant::now();
-    let mut before = counters(endpoints).await;
+    let mut before = counters(metrics, endpoints).await;
     let mut results = Vec::new();
     let mut seq = 0u64;
     for minute in 1..=warmup_minutes + minutes {
@@ -292,7 +353,7 @@ pub async fn run(
         let taken = std::mem::take(&mut *window.lock().await);
         let mut lat = taken.latencies_us;
         lat.sort_unstable();
-        let after = counters(endpoints).await;
+        let after = counters(metrics, endpoints).await;
         let m = Minute {
             minute: minute.saturating_sub(warmup_minutes),
             requests: lat.len(),
@@ -347,10 +408,16 @@ async fn work(
         };
         let queued = micros(job.scheduled);
         let mut latencies = Vec::with_capacity(3);
-        let ok = if job.seq % 2 == 0 {
-            project_job(&mut c, worker, job, &token, &mut latencies).await
-        } else {
-            hier_job(&mut c, worker, job, &mut lease, &mut latencies).await
+        let ok = match (target.system, job.seq % 2 == 0) {
+            (System::Raftlock, true) => {
+                project_job(&mut c, worker, job, &token, &mut latencies).await
+            }
+            (System::Raftlock, false) => {
+                hier_job(&mut c, worker, job, &mut lease, &mut latencies).await
+            }
+            (System::Etcd, renews) => {
+                etcd_job(&mut c, worker, job, renews, &mut lease, &mut latencies).await
+            }
         };
         if trace_slow && latencies.iter().any(|l| *l > 100_000) {
             let now = std::time::SystemTime::now()
@@ -440,15 +507,51 @@ async fn hier_job(
     granted && released.is_ok()
 }
 
+/// etcd's job: create a key under the worker's lease (a new lease every minute, TTL 120 s, as
+/// in [`hier_job`]) → keep the lease alive when `renews` → delete the key: the requests of a
+/// project job (acquire → renew → release) or of a hierarchical one (acquire → release).
+async fn etcd_job(
+    c: &mut Conn,
+    worker: usize,
+    job: Job,
+    renews: bool,
+    lease: &mut Option<(String, Instant)>,
+    lat: &mut Vec<u64>,
+) -> bool {
+    let fresh = lease
+        .as_ref()
+        .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60));
+    if !fresh {
+        match etcd_grant(c, 120).await {
+            Ok(id) => *lease = Some((id, Instant::now())),
+            Err(_) => return false,
+        }
+    }
+    let lease_id = lease.as_ref().map(|(id, _)| id.clone()).unwrap_or_default();
+    let key = format!("soak-{worker}-{}", job.seq);
+    let created = etcd_create(c, &key, &lease_id).await;
+    lat.push(micros(job.scheduled));
+    let mut ok = matches!(created, Ok(true));
+    if renews {
+        let t = Instant::now();
+        ok &= etcd_keepalive(c, &lease_id).await.is_ok();
+        lat.push(micros(t));
+    }
+    let t = Instant::now();
+    ok &= etcd_delete(c, &key).await.is_ok();
+    lat.push(micros(t));
+    ok
+}
+
 /// The minutes as a markdown table.
-pub fn markdown(minutes: &[Minute], nodes: usize) -> String {
+pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> String {
     let rss: Vec<String> = (1..=nodes)
         .map(|n| format!("peak RSS n{n} (MiB)"))
         .collect();
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | over 50 ms ({}) | longest disk wait ({}, ms) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) |\n",
         rss.join(" | "),
-        STALL_SOURCES.iter().map(|(l, _)| *l).collect::<Vec<_>>().join("/"),
+        metrics.slow_heading(),
         (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/")
     );
     out += &format!("|{}\n", " --- |".repeat(12 + nodes));
