@@ -67,6 +67,9 @@ pub struct Minute {
     pub fsyncs: f64,
     /// Slow events this minute, all nodes, per stall source of the system's [`SoakMetrics`].
     pub slow: Vec<f64>,
+    /// Per node at the minute's end: the bytes it holds from its allocator, in MiB (empty
+    /// when the system exports no such gauge).
+    pub heap_live_mib: Vec<f64>,
     /// Per node: the longest any of its threads stayed in uninterruptible sleep this minute
     /// (see [`spawn_disk_wait_sampler`]). The same long wait on every node at once is the
     /// shared disk, not one node's work.
@@ -86,6 +89,9 @@ pub struct SoakMetrics {
     slow_above: &'static str,
     /// The stall histograms: label and series.
     stall_sources: &'static [(&'static str, &'static str)],
+    /// Gauge of the bytes the program holds from its allocator, if the system exports one:
+    /// beside RSS it tells memory held from memory the allocator keeps.
+    heap_live: Option<&'static str>,
 }
 
 impl SoakMetrics {
@@ -116,6 +122,7 @@ const RAFTLOCK_METRICS: SoakMetrics = SoakMetrics {
         ("snapshot", "raftlock_snapshot_duration_seconds"),
         ("purge", "raftlock_log_purge_duration_seconds"),
     ],
+    heap_live: Some("raftlock_heap_live_bytes"),
 };
 
 const ETCD_METRICS: SoakMetrics = SoakMetrics {
@@ -130,6 +137,7 @@ const ETCD_METRICS: SoakMetrics = SoakMetrics {
             "etcd_disk_backend_commit_duration_seconds",
         ),
     ],
+    heap_live: None,
 };
 
 /// Latencies (µs) and errors of the current minute, shared by the workers.
@@ -244,10 +252,16 @@ fn spawn_disk_wait_sampler(
     })
 }
 
-/// Cumulative counters, all nodes, from one scrape of each: leader changes, snapshots,
-/// fsyncs, then per stall source the events over 50 ms.
-async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> Vec<f64> {
+/// One scrape of each node: the cumulative counters, all nodes (leader changes, snapshots,
+/// fsyncs, then per stall source the slow events), and per node its live heap in MiB.
+async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> (Vec<f64>, Vec<f64>) {
     let texts = scrape(endpoints).await;
+    let heap_live = metrics.heap_live.map_or_else(Vec::new, |gauge| {
+        texts
+            .iter()
+            .map(|t| series_sum(std::slice::from_ref(t), gauge) / (1 << 20) as f64)
+            .collect()
+    });
     let mut values = vec![
         series_sum(&texts, metrics.leader_changes),
         series_sum(&texts, metrics.snapshots),
@@ -258,7 +272,7 @@ async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> Vec<f64> {
         let bucket = format!("{series}_bucket{{le=\"{}\"}}", metrics.slow_above);
         values.push(all - series_sum(&texts, &bucket));
     }
-    values
+    (values, heap_live)
 }
 
 /// Waits (at most 10 s) until each node has seen a leader. A node counts its first known
@@ -324,7 +338,7 @@ pub async fn run(
     let disk_waits = Arc::new(std::sync::Mutex::new(vec![0.0; pids.len()]));
     let disk_sampler = spawn_disk_wait_sampler(pids.to_vec(), disk_waits.clone());
     let start = Instant::now();
-    let mut before = counters(metrics, endpoints).await;
+    let (mut before, _) = counters(metrics, endpoints).await;
     let mut results = Vec::new();
     let mut seq = 0u64;
     for minute in 1..=warmup_minutes + minutes {
@@ -353,7 +367,7 @@ pub async fn run(
         let taken = std::mem::take(&mut *window.lock().await);
         let mut lat = taken.latencies_us;
         lat.sort_unstable();
-        let after = counters(metrics, endpoints).await;
+        let (after, heap_live_mib) = counters(metrics, endpoints).await;
         let m = Minute {
             minute: minute.saturating_sub(warmup_minutes),
             requests: lat.len(),
@@ -369,6 +383,7 @@ pub async fn run(
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
             slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
+            heap_live_mib,
             disk_wait_ms: take_minute(&disk_waits),
         };
         before = after;
@@ -549,16 +564,17 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
         .map(|n| format!("peak RSS n{n} (MiB)"))
         .collect();
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) | live heap at the end ({}, MiB) |\n",
         rss.join(" | "),
         metrics.slow_heading(),
+        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/"),
         (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/")
     );
-    out += &format!("|{}\n", " --- |".repeat(12 + nodes));
+    out += &format!("|{}\n", " --- |".repeat(13 + nodes));
     for m in minutes {
         let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out += &format!(
-            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             m.minute,
             m.requests as f64 / 60.0,
             m.p50_ms,
@@ -579,7 +595,16 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
                 .iter()
                 .map(|v| format!("{v:.0}"))
                 .collect::<Vec<_>>()
-                .join("/")
+                .join("/"),
+            if m.heap_live_mib.is_empty() {
+                "–".to_string()
+            } else {
+                m.heap_live_mib
+                    .iter()
+                    .map(|v| format!("{v:.0}"))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            }
         );
     }
     out + &rss_band(minutes, nodes)

@@ -19,6 +19,8 @@
 //!   the web console, the OpenAPI document — plus auth, error dialects, body limits, blocking
 //!   waits and forwarding to the leader.
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
+//! - [`heap`]: the global allocator (mimalloc) with a count of the bytes held, so memory the
+//!   program holds is told from memory the allocator keeps.
 //! - [`tls`]: HTTPS for clients and mutual TLS between nodes, following the certificate
 //!   files for rotation.
 //! - [`dev`]: `raftlock dev`, a local multi-node cluster in one command.
@@ -34,6 +36,7 @@ pub mod dev;
 pub mod election;
 pub mod handoff;
 pub mod headers;
+pub mod heap;
 pub mod http;
 pub mod listener;
 pub mod node;

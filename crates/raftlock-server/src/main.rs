@@ -6,15 +6,9 @@ use clap::{Parser, Subcommand};
 use raftlock_server::config::ServeArgs;
 use raftlock_server::dev::DevArgs;
 
-/// mimalloc instead of glibc's malloc. A node frees a whole log's worth of entries (tens of
-/// thousands of small allocations) after each snapshot; under glibc those frees consolidate
-/// and lock the arena the request path allocates from, and with 1M locks held that stalled
-/// every request for 100–300 ms once a snapshot (seen in `make soak` and in `perf`:
-/// `malloc_consolidate`, `__lll_lock_wait_private`). mimalloc frees into per-thread pages
-/// and returns memory to the OS by itself (docs/benchmarks.md, *Soak*: 30 minutes at 10,000
-/// requests/s with 1M locks held, max ≤ 96 ms in every minute).
+/// mimalloc, counted (`raftlock_server::heap` says why each).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: raftlock_server::heap::CountingMimalloc = raftlock_server::heap::CountingMimalloc;
 
 #[derive(Parser)]
 #[command(name = "raftlock", version, about = "Raft-replicated lock service")]

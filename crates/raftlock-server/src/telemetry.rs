@@ -256,6 +256,16 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Blocking acquire calls waiting on this node.",
     ),
     (
+        "raftlock_heap_live_bytes",
+        Kind::Gauge,
+        "Bytes this process holds from its allocator (requested sizes; without what the allocator keeps after frees).",
+    ),
+    (
+        "raftlock_resident_bytes",
+        Kind::Gauge,
+        "Resident memory of this process (RSS): what it holds plus what its allocator keeps.",
+    ),
+    (
         "raftlock_tls_handshake_failures_total",
         Kind::Counter,
         "TLS handshakes refused or failed on this node's listeners.",
@@ -396,6 +406,7 @@ pub fn request_span<B>(req: &Request<B>) -> Span {
 
 /// Updates the gauges that describe Raft and the state machine.
 pub fn refresh_gauges(node: &Node) {
+    refresh_memory_gauges();
     let m = node.raft.metrics().borrow().clone();
     metrics::gauge!("raftlock_raft_term").set(m.current_term as f64);
     metrics::gauge!("raftlock_raft_leader").set(m.current_leader.map(|l| l as f64).unwrap_or(-1.0));
@@ -429,4 +440,22 @@ pub fn refresh_gauges(node: &Node) {
     metrics::gauge!("raftlock_lock_leases").set(leases as f64);
     metrics::gauge!("raftlock_hierarchical_locks_held").set(held as f64);
     metrics::gauge!("raftlock_queued_waiters").set(queued as f64);
+}
+
+/// Memory: what the program holds ([`crate::heap::live_bytes`]) and what the process has
+/// resident. A gap that grows while the first stays flat is the allocator's, not a leak.
+fn refresh_memory_gauges() {
+    metrics::gauge!("raftlock_heap_live_bytes").set(crate::heap::live_bytes() as f64);
+    if let Some(rss) = resident_bytes() {
+        metrics::gauge!("raftlock_resident_bytes").set(rss as f64);
+    }
+}
+
+/// RSS from `/proc/self/statm` (its second field, in pages); `None` off Linux.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
 }
