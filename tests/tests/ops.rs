@@ -181,3 +181,40 @@ fn series_named_in(text: &str) -> std::collections::BTreeSet<String> {
     }
     found
 }
+
+/// Memory an operator can read: the node counts the bytes it holds (its global allocator is
+/// the counting one) and its resident memory, and its heap is not backed by transparent huge
+/// pages. mimalloc asks for them (`MADV_HUGEPAGE`, VmFlags `hg`) on its arena unless built
+/// with `no_thp`; khugepaged then turns any 2 MiB region with a single page in use into a
+/// resident huge page, minutes later — in `make soak` followers' RSS stepped +16 and +20 MiB
+/// for good while the bytes they held did not move (docs/benchmarks.md, *Soak*).
+#[tokio::test]
+async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Result<()> {
+    let cluster = Cluster::start(1).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let locks = Locks::new(&cluster, 1, &key);
+    for i in 0..200 {
+        assert_eq!(locks.acquire(&format!("mem-{i}"), &token(), 30).await?.status, 200);
+    }
+    let live = cluster.metric(1, "raftlock_heap_live_bytes").await.unwrap_or(0.0);
+    let resident = cluster.metric(1, "raftlock_resident_bytes").await.unwrap_or(0.0);
+    assert!(
+        live > 1e5 && live < resident,
+        "live heap {live} B, resident {resident} B"
+    );
+
+    let pid = cluster.pid(1).expect("node 1 runs");
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut mapping = "";
+    for line in smaps.lines() {
+        if line.split_whitespace().next().is_some_and(|f| f.contains('-')) {
+            mapping = line;
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            assert!(
+                !flags.split_whitespace().any(|f| f == "hg"),
+                "{mapping} is advised into huge pages (VmFlags:{flags})"
+            );
+        }
+    }
+    Ok(())
+}

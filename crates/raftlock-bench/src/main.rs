@@ -385,10 +385,10 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             };
             let table = soak::run(&target, &endpoints, &pids, &plan, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  slow {:?}  longest disk wait {:?} ms  live heap {:?} MiB",
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  slow {:?}  longest disk wait {:?} ms  live heap {:?} MiB  huge pages {:?} MiB",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
                     soak::rounded(&m.rss_mib), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
-                    soak::rounded(&m.disk_wait_ms), soak::rounded(&m.heap_live_mib)
+                    soak::rounded(&m.disk_wait_ms), soak::rounded(&m.heap_live_mib), soak::rounded(&m.huge_pages_mib)
                 );
             })
             .await?;

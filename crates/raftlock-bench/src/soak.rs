@@ -70,6 +70,10 @@ pub struct Minute {
     /// Per node at the minute's end: the bytes it holds from its allocator, in MiB (empty
     /// when the system exports no such gauge).
     pub heap_live_mib: Vec<f64>,
+    /// Per node at the minute's end: its resident memory in transparent huge pages, in MiB
+    /// (`AnonHugePages`). khugepaged turns a 2 MiB region with a single page in use into a
+    /// whole resident huge page, minutes after the fact: an RSS step no allocation made.
+    pub huge_pages_mib: Vec<f64>,
     /// Per node: the longest any of its threads stayed in uninterruptible sleep this minute
     /// (see [`spawn_disk_wait_sampler`]). The same long wait on every node at once is the
     /// shared disk, not one node's work.
@@ -156,6 +160,18 @@ fn quantile(sorted: &[u64], q: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i] as f64 / 1000.0
+}
+
+/// A process's resident memory in transparent huge pages (`/proc/<pid>/smaps_rollup`).
+fn anon_huge_pages_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -384,6 +400,7 @@ pub async fn run(
             fsyncs: after[2] - before[2],
             slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
             heap_live_mib,
+            huge_pages_mib: pids.iter().map(|p| anon_huge_pages_mib(*p)).collect(),
             disk_wait_ms: take_minute(&disk_waits),
         };
         before = after;
@@ -564,17 +581,18 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
         .map(|n| format!("peak RSS n{n} (MiB)"))
         .collect();
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) | live heap at the end ({}, MiB) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) | live heap at the end ({}, MiB) | huge pages at the end ({}, MiB) |\n",
         rss.join(" | "),
         metrics.slow_heading(),
         (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/"),
+        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/"),
         (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/")
     );
-    out += &format!("|{}\n", " --- |".repeat(13 + nodes));
+    out += &format!("|{}\n", " --- |".repeat(14 + nodes));
     for m in minutes {
         let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out += &format!(
-            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             m.minute,
             m.requests as f64 / 60.0,
             m.p50_ms,
@@ -604,7 +622,12 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
                     .map(|v| format!("{v:.0}"))
                     .collect::<Vec<_>>()
                     .join("/")
-            }
+            },
+            m.huge_pages_mib
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect::<Vec<_>>()
+                .join("/")
         );
     }
     out + &rss_band(minutes, nodes)
