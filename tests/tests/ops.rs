@@ -194,10 +194,22 @@ async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Resu
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let locks = Locks::new(&cluster, 1, &key);
     for i in 0..200 {
-        assert_eq!(locks.acquire(&format!("mem-{i}"), &token(), 30).await?.status, 200);
+        assert_eq!(
+            locks
+                .acquire(&format!("mem-{i}"), &token(), 30)
+                .await?
+                .status,
+            200
+        );
     }
-    let live = cluster.metric(1, "raftlock_heap_live_bytes").await.unwrap_or(0.0);
-    let resident = cluster.metric(1, "raftlock_resident_bytes").await.unwrap_or(0.0);
+    let live = cluster
+        .metric(1, "raftlock_heap_live_bytes")
+        .await
+        .unwrap_or(0.0);
+    let resident = cluster
+        .metric(1, "raftlock_resident_bytes")
+        .await
+        .unwrap_or(0.0);
     assert!(
         live > 1e5 && live < resident,
         "live heap {live} B, resident {resident} B"
@@ -207,7 +219,11 @@ async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Resu
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
     let mut mapping = "";
     for line in smaps.lines() {
-        if line.split_whitespace().next().is_some_and(|f| f.contains('-')) {
+        if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|f| f.contains('-'))
+        {
             mapping = line;
         } else if let Some(flags) = line.strip_prefix("VmFlags:") {
             assert!(

@@ -19,6 +19,12 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 /// every request for 100–300 ms once a snapshot (seen in `make soak` and in `perf`:
 /// `malloc_consolidate`, `__lll_lock_wait_private`). mimalloc frees into per-thread pages
 /// and returns memory to the OS by itself (docs/benchmarks.md, *Soak*).
+///
+/// Built without transparent huge pages (the crate's `no_thp` feature, in the workspace
+/// `Cargo.toml`): otherwise mimalloc advises its 1 GiB arena `MADV_HUGEPAGE`, and khugepaged
+/// (which by default collapses a 2 MiB region with a single page in use) makes scattered
+/// small pages whole resident huge pages minutes later — RSS steps of tens of MiB that no
+/// allocation made and no free gives back.
 pub struct CountingMimalloc;
 
 /// Shards of the count (a power of two).
