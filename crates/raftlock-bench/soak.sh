@@ -46,6 +46,14 @@ stop_all() {
 }
 trap stop_all EXIT
 
+case $SYSTEM in
+  raftlock) ;;
+  etcd)
+    command -v etcd >/dev/null || { log "etcd missing: apt-get install etcd-server"; exit 1; }
+    ((HELD == 0)) || { log "SOAK_HELD is for raftlock only"; exit 1; }
+    ;;
+  *) log "SOAK_SYSTEM: raftlock or etcd, not $SYSTEM"; exit 1 ;;
+esac
 if [[ -z ${SOAK_BIN:-} ]]; then
   log "building release binaries"
   cargo build --release -p raftlock-server -p raftlock-bench
@@ -64,8 +72,6 @@ start_raftlock() {
 # entries), plus the history compaction every deployment sets (here each minute), without
 # which its database grows with every write.
 start_etcd() {
-  command -v etcd >/dev/null || { log "etcd missing: apt-get install etcd-server"; exit 1; }
-  ((HELD == 0)) || { log "SOAK_HELD is for raftlock only"; exit 1; }
   for i in 1 2 3; do
     etcd --name "e$i" --data-dir "$WORK/e$i" \
       --listen-client-urls "http://127.0.0.1:2749$i" --advertise-client-urls "http://127.0.0.1:2749$i" \
@@ -77,11 +83,7 @@ start_etcd() {
   done
   EPS=$ETCD_EPS
 }
-case $SYSTEM in
-  raftlock) start_raftlock ;;
-  etcd) start_etcd ;;
-  *) log "SOAK_SYSTEM: raftlock or etcd, not $SYSTEM"; exit 1 ;;
-esac
+if [[ $SYSTEM == etcd ]]; then start_etcd; else start_raftlock; fi
 if ((HELD > 0)); then
   log "holding $HELD project locks in the background"
   "$BIN/raftlock-bench" --threads 2 load --endpoints "$EPS" --platform-token "$PLATFORM" --locks "$HELD"

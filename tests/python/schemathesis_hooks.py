@@ -22,7 +22,9 @@ def before_call(context, case, kwargs):
     if not isinstance(body, dict):
         return
     wait = body.get("timeout_seconds")
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+    # Integers only: the field is an integer, so a generated float is an invalid case to send
+    # as it is.
+    if isinstance(wait, bool) or not isinstance(wait, int):
         return
     if WAIT_CAP_SECONDS < wait <= DOCUMENTED_MAX_SECONDS:
         body["timeout_seconds"] = WAIT_CAP_SECONDS

@@ -183,10 +183,11 @@ fn series_named_in(text: &str) -> std::collections::BTreeSet<String> {
 }
 
 /// Memory an operator can read: the node counts the bytes it holds (its global allocator is
-/// the counting one) and its resident memory, and its heap is not backed by transparent huge
-/// pages. mimalloc asks for them (`MADV_HUGEPAGE`, VmFlags `hg`) on its arena unless built
-/// with `no_thp`; khugepaged then turns any 2 MiB region with a single page in use into a
-/// resident huge page, minutes later — in `make soak` followers' RSS stepped +16 and +20 MiB
+/// the counting one) and its resident memory, and it keeps transparent huge pages off: the
+/// process has them disabled (`THP_enabled: 0`, on kernels that show it) and no mapping is
+/// advised into them — mimalloc advises its arena (`MADV_HUGEPAGE`, VmFlags `hg`) unless
+/// built with `no_thp`; khugepaged then turns any 2 MiB region with a single page in use into
+/// a resident huge page, minutes later — in `make soak` followers' RSS stepped +16 and +20 MiB
 /// for good while the bytes they held did not move (docs/benchmarks.md, *Soak*).
 #[tokio::test]
 async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Result<()> {
@@ -216,6 +217,16 @@ async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Resu
     );
 
     let pid = cluster.pid(1).expect("node 1 runs");
+    // Off for the whole process, whatever the host's THP mode (`always` would collapse
+    // unadvised memory too).
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    if let Some(thp) = status.lines().find_map(|l| l.strip_prefix("THP_enabled:")) {
+        assert_eq!(
+            thp.trim(),
+            "0",
+            "transparent huge pages are on for the node"
+        );
+    }
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
     let mut mapping = "";
     for line in smaps.lines() {

@@ -4,7 +4,10 @@
 //! after the program freed it. When RSS steps up and stays (seen in `make soak`: a node flat
 //! for 20 minutes, then +30 MiB for good), only the first part is the program's to fix; this
 //! count tells the two apart, live, as the gauge `raftlock_heap_live_bytes` beside
-//! `process_resident_memory_bytes`.
+//! `raftlock_resident_bytes`.
+//!
+//! And the process keeps transparent huge pages off ([`keep_huge_pages_off`]): they made
+//! exactly such steps.
 //!
 //! The count is kept in a few cache-line-sized shards picked by thread, so two cores
 //! allocating at once rarely touch the same line; a shard may go negative (one thread frees
@@ -20,15 +23,29 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 /// `malloc_consolidate`, `__lll_lock_wait_private`). mimalloc frees into per-thread pages
 /// and returns memory to the OS by itself (docs/benchmarks.md, *Soak*).
 ///
-/// Built without transparent huge pages (the crate's `no_thp` feature, in the workspace
-/// `Cargo.toml`): otherwise mimalloc advises its 1 GiB arena `MADV_HUGEPAGE`, and khugepaged
-/// (which by default collapses a 2 MiB region with a single page in use) makes scattered
-/// small pages whole resident huge pages minutes later — RSS steps of tens of MiB that no
-/// allocation made and no free gives back.
+/// Built with the crate's `no_thp` feature (workspace `Cargo.toml`): otherwise mimalloc
+/// advises its 1 GiB arena `MADV_HUGEPAGE` (see [`keep_huge_pages_off`] for why that hurts).
 pub struct CountingMimalloc;
+
+/// Turns transparent huge pages off for this process and its children
+/// (`prctl(PR_SET_THP_DISABLE)`), whatever the host's THP mode; call it first thing in
+/// `main`. With them, khugepaged (which by default collapses a 2 MiB region with a single
+/// page in use) turned scattered small pages of the heap into whole resident huge pages
+/// minutes after the fact: RSS steps of tens of MiB that no allocation made and no free gives
+/// back (docs/benchmarks.md, *Soak*, 2026-12-03). Not advising the arena (`no_thp`) is
+/// enough where THP is `madvise`; on an `always` host only this keeps them off.
+/// Best effort: a kernel without the call leaves things as they were.
+pub fn keep_huge_pages_off() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
 
 /// Shards of the count (a power of two).
 const SHARDS: usize = 16;
+const _: () = assert!(SHARDS.is_power_of_two());
 
 /// One shard on a cache line of its own.
 #[repr(align(64))]
@@ -44,9 +61,10 @@ thread_local! {
 
 /// This thread's shard.
 fn shard() -> &'static AtomicIsize {
-    let addr = ANCHOR.with(|a| a as *const u8 as usize);
-    // Thread-local blocks lie pages apart; mix the page number into an index.
-    let index = ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) % SHARDS;
+    let addr = ANCHOR.with(|a| a as *const u8 as u64);
+    // Thread-local blocks lie pages apart; mix the page number into the top bits, keep them.
+    let mixed = (addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let index = (mixed >> (64 - SHARDS.trailing_zeros())) as usize;
     &LIVE[index].0
 }
 

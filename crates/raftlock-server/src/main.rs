@@ -41,6 +41,7 @@ fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn main() -> anyhow::Result<()> {
+    raftlock_server::heap::keep_huge_pages_off();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
