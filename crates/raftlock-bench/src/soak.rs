@@ -162,27 +162,25 @@ fn quantile(sorted: &[u64], q: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-/// A process's resident memory in transparent huge pages (`/proc/<pid>/smaps_rollup`).
-fn anon_huge_pages_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+/// A `Field:   N kB` line of `/proc/<pid>/<file>`, in MiB (0 when absent).
+fn proc_kib_field_mib(pid: u32, file: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
                 .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// A process's resident memory in transparent huge pages.
+fn anon_huge_pages_mib(pid: u32) -> f64 {
+    proc_kib_field_mib(pid, "smaps_rollup", "AnonHugePages")
+}
+
 fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
+    proc_kib_field_mib(pid, "status", "VmRSS")
 }
 
 /// Samples each node's RSS every second into `peaks` (per node, the highest since the minute
@@ -499,11 +497,7 @@ async fn hier_job(
     lease: &mut Option<(String, Instant)>,
     lat: &mut Vec<u64>,
 ) -> bool {
-    // A lease per worker, replaced by a new one once a minute (TTL 120 s: the old one expires).
-    let fresh = lease
-        .as_ref()
-        .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60));
-    if !fresh {
+    if !lease_is_fresh(lease) {
         let created = rpc(
             c,
             "CreateLockLease",
@@ -550,10 +544,7 @@ async fn etcd_job(
     lease: &mut Option<(String, Instant)>,
     lat: &mut Vec<u64>,
 ) -> bool {
-    let fresh = lease
-        .as_ref()
-        .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60));
-    if !fresh {
+    if !lease_is_fresh(lease) {
         match etcd_grant(c, 120).await {
             Ok(id) => *lease = Some((id, Instant::now())),
             Err(_) => return false,
@@ -575,18 +566,33 @@ async fn etcd_job(
     ok
 }
 
+/// A worker's lease is replaced by a new one once a minute (its TTL of 120 s lets the old one
+/// expire on its own).
+fn lease_is_fresh(lease: &Option<(String, Instant)>) -> bool {
+    lease
+        .as_ref()
+        .is_some_and(|(_, at)| at.elapsed() < Duration::from_secs(60))
+}
+
+/// Per-node figures as one cell, `n1/n2/n3`.
+fn per_node_cell(values: &[f64]) -> String {
+    let cells: Vec<String> = values.iter().map(|v| format!("{v:.0}")).collect();
+    cells.join("/")
+}
+
 /// The minutes as a markdown table.
 pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> String {
     let rss: Vec<String> = (1..=nodes)
         .map(|n| format!("peak RSS n{n} (MiB)"))
         .collect();
+    let names = (1..=nodes)
+        .map(|n| format!("n{n}"))
+        .collect::<Vec<_>>()
+        .join("/");
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({}, ms) | live heap at the end ({}, MiB) | huge pages at the end ({}, MiB) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({names}, ms) | live heap at the end ({names}, MiB) | huge pages at the end ({names}, MiB) |\n",
         rss.join(" | "),
         metrics.slow_heading(),
-        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/"),
-        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/"),
-        (1..=nodes).map(|n| format!("n{n}")).collect::<Vec<_>>().join("/")
     );
     out += &format!("|{}\n", " --- |".repeat(14 + nodes));
     for m in minutes {
@@ -609,25 +615,13 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
                 .map(|v| format!("{v}"))
                 .collect::<Vec<_>>()
                 .join("/"),
-            m.disk_wait_ms
-                .iter()
-                .map(|v| format!("{v:.0}"))
-                .collect::<Vec<_>>()
-                .join("/"),
+            per_node_cell(&m.disk_wait_ms),
             if m.heap_live_mib.is_empty() {
                 "–".to_string()
             } else {
-                m.heap_live_mib
-                    .iter()
-                    .map(|v| format!("{v:.0}"))
-                    .collect::<Vec<_>>()
-                    .join("/")
+                per_node_cell(&m.heap_live_mib)
             },
-            m.huge_pages_mib
-                .iter()
-                .map(|v| format!("{v:.0}"))
-                .collect::<Vec<_>>()
-                .join("/")
+            per_node_cell(&m.huge_pages_mib)
         );
     }
     out + &rss_band(minutes, nodes)
