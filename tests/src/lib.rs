@@ -8,6 +8,7 @@
 //! - `src/lib.rs`: the harness.
 //! - `src/proxy.rs`: a per-link fault proxy for node-to-node traffic
 //!   ([`Cluster::start_behind_proxy`]).
+//! - `src/disk_probe.rs`: a synced-write witness of the disk's own stalls under a timed test.
 //! - `src/linearizability.rs`: a WGL linearizability checker and the project-lock register model.
 //! - `src/chaos/`: the chaos suite — workers, fault plan and driver, history checkers.
 //! - `tests/*.rs`: one suite per concern (project locks, hierarchical locks, failover,
@@ -26,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 pub mod chaos;
+pub mod disk_probe;
 pub mod linearizability;
 pub mod proxy;
 
@@ -621,10 +623,26 @@ impl Cluster {
         self.nodes[&id].peer_addr.clone()
     }
 
+    /// The cluster's temporary directory: the nodes' data directories and logs live in it.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Where node `id`'s stderr goes (every incarnation appends), unless `RAFTLOCK_TEST_LOG`
     /// sends it to the test's own.
     fn log_path(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// Every line node `id` logged to its log file (all incarnations; warnings and errors
+    /// unless `RAFTLOCK_TEST_LOG` says otherwise, which sends them to the test's stderr).
+    pub fn log_lines(&self, id: u64) -> Vec<String> {
+        let bytes = std::fs::read(self.log_path(id)).unwrap_or_default();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The first and the last `lines` lines node `id` logged, joined with ` | `: an exit at

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use raftlock_core::codec::{self, FrameRead};
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,10 @@ use crate::typ::{Entry, LogId};
 /// A segment is closed and a new one started once it is this large.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 
+/// A write + fsync this slow is logged as a warning: it is the default election timeout, so a
+/// leader whose log is held that long is at the edge of being replaced, and an operator
+/// reading why writes paused needs to see the disk named (etcd warns on slow fdatasync too).
+const SLOW_WRITE: Duration = Duration::from_millis(250);
 const SEGMENT_PREFIX: &str = "wal-";
 const SEGMENT_SUFFIX: &str = ".log";
 
@@ -613,8 +617,16 @@ impl Wal {
             .append(&frame.bytes)
             .and_then(|_| self.current.sync())
             .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
-        metrics::histogram!("raftlock_wal_fsync_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        metrics::histogram!("raftlock_wal_fsync_duration_seconds").record(took.as_secs_f64());
+        if took >= SLOW_WRITE {
+            tracing::warn!(
+                file = %self.dir.describe(&name),
+                bytes = frame.bytes.len(),
+                took_ms = took.as_millis() as u64,
+                "slow WAL write: the disk held this node's log longer than an election timeout"
+            );
+        }
         metrics::counter!("raftlock_wal_bytes_total").increment(frame.bytes.len() as u64);
         self.current_len += frame.bytes.len() as u64;
         let segment = self.segments.last_mut().expect("a current segment");
