@@ -47,6 +47,7 @@ struct Job {
 }
 
 /// What one minute measured.
+#[derive(Default)]
 pub struct Minute {
     pub minute: usize,
     pub requests: usize,
@@ -640,12 +641,72 @@ fn rss_band(minutes: &[Minute], nodes: usize) -> String {
             })
         })
         .collect();
-    format!("\nPeak RSS over the minutes: {}.\n", bands.join(", "))
+    format!(
+        "\nPeak RSS over the minutes: {}.{}\n",
+        bands.join(", "),
+        rss_drift(minutes, nodes)
+    )
+}
+
+/// How many minutes at each end of a run [`rss_drift`] averages.
+const DRIFT_MINUTES: usize = 5;
+
+/// Per node, the mean peak RSS of the last [`DRIFT_MINUTES`] against the first: growth (a
+/// leak, a cache without bound) shows here, while the band above also counts the swing
+/// between snapshots that comes back. Empty for a run too short to have two ends.
+fn rss_drift(minutes: &[Minute], nodes: usize) -> String {
+    if minutes.len() < 2 * DRIFT_MINUTES {
+        return String::new();
+    }
+    let mean = |ms: &[Minute], n: usize| {
+        ms.iter().filter_map(|m| m.rss_mib.get(n)).sum::<f64>() / ms.len() as f64
+    };
+    let (first, last) = (
+        &minutes[..DRIFT_MINUTES],
+        &minutes[minutes.len() - DRIFT_MINUTES..],
+    );
+    let drifts: Vec<String> = (0..nodes)
+        .map(|n| {
+            let (a, b) = (mean(first, n), mean(last, n));
+            format!(
+                "n{} {a:.1} → {b:.1} MiB ({:+.1} %)",
+                n + 1,
+                (b - a) / a * 100.0
+            )
+        })
+        .collect();
+    format!(
+        " Drift, mean of the last {DRIFT_MINUTES} minutes against the first {DRIFT_MINUTES}: {}.",
+        drifts.join(", ")
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn minute_with_rss(rss_mib: Vec<f64>) -> Minute {
+        Minute {
+            rss_mib,
+            ..Minute::default()
+        }
+    }
+
+    #[test]
+    fn drift_compares_the_ends_of_a_run_and_ignores_the_swing_between() {
+        // A node that swings up 4 MiB every fifth minute has no drift; one that grows 1 MiB a
+        // minute does.
+        let minutes: Vec<Minute> = (0..12)
+            .map(|i| {
+                let swing = if i % 5 == 2 { 4.0 } else { 0.0 };
+                minute_with_rss(vec![40.0 + swing, 30.0 + i as f64])
+            })
+            .collect();
+        let drift = rss_drift(&minutes, 2);
+        assert!(drift.contains("n1 40.8 → 40.8 MiB (+0.0 %)"), "{drift}");
+        assert!(drift.contains("n2 32.0 → 39.0 MiB (+21.9 %)"), "{drift}");
+        assert_eq!(rss_drift(&minutes[..9], 2), "");
+    }
 
     #[test]
     fn a_thread_state_is_read_past_any_command_name() {

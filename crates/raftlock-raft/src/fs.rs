@@ -41,6 +41,23 @@ pub trait Dir: Send + Sync + 'static {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Removes `name`; a missing file is not an error.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Removes `name` a piece at a time: its tail cut off `step` bytes at a time with `pause`
+    /// after each cut, then the rest. For a large file nobody needs any more (a purged WAL
+    /// segment). On a file system mounted with `discard`, freeing 64 MiB at once sends the
+    /// device one large discard that every fsync queued behind it waits for (writes of all
+    /// three nodes of a soak stalled 80–250 ms at each segment removal; docs/benchmarks.md);
+    /// freed piece by piece, a sync waits for one small discard at most. Not durable, and not
+    /// meant to be: the caller has renamed the file to a temporary name the next start
+    /// deletes. The default removes it at once (test directories have no device).
+    fn remove_gradually(
+        &self,
+        name: &str,
+        step: u64,
+        pause: std::time::Duration,
+    ) -> io::Result<()> {
+        let _ = (step, pause);
+        self.remove(name)
+    }
     /// Makes every create, rename and remove so far durable (`fsync` of the directory).
     fn sync(&self) -> io::Result<()>;
     /// How to name `name` in an error message an operator reads (the full path on disk).
@@ -124,6 +141,26 @@ impl Dir for OsDir {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+
+    fn remove_gradually(
+        &self,
+        name: &str,
+        step: u64,
+        pause: std::time::Duration,
+    ) -> io::Result<()> {
+        let file = match OpenOptions::new().write(true).open(self.path(name)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            opened => opened?,
+        };
+        let mut len = file.metadata()?.len();
+        while len > step {
+            len -= step;
+            file.set_len(len)?;
+            std::thread::sleep(pause);
+        }
+        drop(file);
+        self.remove(name)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -231,3 +268,22 @@ impl Write for ChunkedWriter {
 /// Suffix of the temporary files [`write_atomically`] renames into place; leftovers of a crash
 /// are removed when the store opens.
 pub const TMP_SUFFIX: &str = ".tmp";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_removed_gradually_is_gone_and_a_missing_one_is_no_error() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = OsDir::open(root.path()).unwrap();
+        let mut file = dir.create("big").unwrap();
+        file.append(&vec![7u8; (3 << 20) + 12_345]).unwrap();
+        file.sync().unwrap();
+        dir.remove_gradually("big", 1 << 20, std::time::Duration::ZERO)
+            .unwrap();
+        assert_eq!(dir.list().unwrap(), Vec::<String>::new());
+        dir.remove_gradually("big", 1 << 20, std::time::Duration::ZERO)
+            .unwrap();
+    }
+}

@@ -539,7 +539,7 @@ mod tests {
         assert_eq!(reopened(&disk).await, (vec![11, 12], Some(10)));
     }
 
-    /// A `Dir` whose `remove` of one name fails.
+    /// A `Dir` whose `remove` or `rename` of one name fails.
     struct FailingRemove {
         inner: SimDir,
         fails: &'static str,
@@ -559,6 +559,9 @@ mod tests {
             self.inner.open_append(name)
         }
         fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+            if from == self.fails {
+                return Err(std::io::Error::other("injected"));
+            }
             self.inner.rename(from, to)
         }
         fn remove(&self, name: &str) -> std::io::Result<()> {
@@ -597,6 +600,56 @@ mod tests {
         let mut left = disk.list().unwrap();
         left.sort();
         assert_eq!(left, ["wal-2", "wal-3"]);
+    }
+
+    /// A purged segment leaves the log by a rename before it is freed piece by piece; the
+    /// power failing in between leaves it under a temporary name, which the next start deletes
+    /// without changing the log.
+    #[tokio::test]
+    async fn a_segment_whose_removal_a_crash_cut_short_is_deleted_at_the_next_start() {
+        let disk = SimDir::new();
+        let wal_files = |disk: &SimDir| {
+            let mut names: Vec<String> = disk
+                .list()
+                .unwrap()
+                .into_iter()
+                .filter(|n| n.starts_with("wal-"))
+                .collect();
+            names.sort();
+            names
+        };
+        let mut store = LogStore::open(Arc::new(disk.clone()), 128, None).unwrap();
+        for i in 0..40 {
+            store
+                .blocking_append(entries(i * 5 + 1..=i * 5 + 5))
+                .await
+                .unwrap();
+        }
+        let oldest = wal_files(&disk)[0].clone();
+        let oldest_bytes = disk.read(&oldest).unwrap().unwrap();
+        store.purge(log_id(190)).await.unwrap();
+        store.blocking_append(entries(201..=201)).await.unwrap();
+        drop(store);
+        let log_before = reopened(&disk).await;
+        assert_eq!(log_before.1, Some(190));
+        assert!(!wal_files(&disk).contains(&oldest), "the janitor freed it");
+        // What `wal::remove_segments` leaves if the power fails half-way through freeing the
+        // oldest segment: its first bytes, under the temporary name.
+        let mut half = disk
+            .create(&format!("{oldest}{}", crate::fs::TMP_SUFFIX))
+            .unwrap();
+        half.append(&oldest_bytes[..oldest_bytes.len() / 2])
+            .unwrap();
+        half.sync().unwrap();
+        disk.sync().unwrap();
+
+        crate::store::open_in(Arc::new(disk.clone()), Default::default(), 128, None).unwrap();
+        let left = wal_files(&disk);
+        assert!(
+            left.iter().all(|n| !n.ends_with(crate::fs::TMP_SUFFIX)),
+            "{left:?}"
+        );
+        assert_eq!(reopened(&disk).await, log_before);
     }
 
     /// Segments a purge frees are deleted by the janitor, not by the write; dropping the store

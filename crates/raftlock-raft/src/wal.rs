@@ -25,7 +25,7 @@ use raftlock_core::codec::{self, FrameRead};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::fs::{Dir, DirFile};
+use crate::fs::{Dir, DirFile, TMP_SUFFIX};
 use crate::typ::{Entry, LogId};
 
 /// A segment is closed and a new one started once it is this large.
@@ -687,17 +687,28 @@ impl Wal {
     }
 }
 
+/// How much of a purged segment is freed at a time, and the pause after each piece
+/// ([`Dir::remove_gradually`]): a 64 MiB segment goes in ~0.7 s on the janitor thread.
+const REMOVAL_STEP_BYTES: u64 = 1 << 20;
+const REMOVAL_PAUSE: Duration = Duration::from_millis(10);
+
 /// Deletes segment files handed out by [`Wal::take_removable_segments`], in that order (oldest
-/// first), syncing the directory after each removal: a crash can then only leave a suffix of
-/// segments, which always replays to the same log (a file system may persist unsynced removals
-/// in any order). After an error the caller must delete nothing newer, ever: a segment left
-/// behind an older, deleted one is a suffix, one left before a deleted newer one is a hole.
+/// first). Each leaves the log by a rename to a temporary name, synced (the directory) before
+/// the next one: a crash can then only leave a suffix of segments, which always replays to
+/// the same log (a file system may persist unsynced renames in any order). After an error
+/// the caller must delete nothing newer, ever: a segment left behind an older, deleted one is
+/// a suffix, one left before a deleted newer one is a hole. The renamed file is then freed a
+/// piece at a time ([`Dir::remove_gradually`]); one a crash leaves behind is deleted at the
+/// next start with every other temporary file.
 pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError> {
     for name in names {
-        dir.remove(name)
+        let doomed = format!("{name}{TMP_SUFFIX}");
+        dir.rename(name, &doomed)
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
         dir.sync()
             .map_err(|e| StoreError::io(dir.describe(""), e))?;
+        dir.remove_gradually(&doomed, REMOVAL_STEP_BYTES, REMOVAL_PAUSE)
+            .map_err(|e| StoreError::io(dir.describe(&doomed), e))?;
     }
     Ok(())
 }
