@@ -659,20 +659,25 @@ fn rss_drift(minutes: &[Minute], nodes: usize) -> String {
         return String::new();
     }
     let mean = |ms: &[Minute], n: usize| {
-        ms.iter().filter_map(|m| m.rss_mib.get(n)).sum::<f64>() / ms.len() as f64
+        let read: Vec<f64> = ms
+            .iter()
+            .filter_map(|m| m.rss_mib.get(n).copied())
+            .filter(|r| *r > 0.0)
+            .collect();
+        (!read.is_empty()).then(|| read.iter().sum::<f64>() / read.len() as f64)
     };
     let (first, last) = (
         &minutes[..DRIFT_MINUTES],
         &minutes[minutes.len() - DRIFT_MINUTES..],
     );
     let drifts: Vec<String> = (0..nodes)
-        .map(|n| {
-            let (a, b) = (mean(first, n), mean(last, n));
-            format!(
+        .filter_map(|n| {
+            let (a, b) = (mean(first, n)?, mean(last, n)?);
+            Some(format!(
                 "n{} {a:.1} → {b:.1} MiB ({:+.1} %)",
                 n + 1,
                 (b - a) / a * 100.0
-            )
+            ))
         })
         .collect();
     format!(
@@ -699,13 +704,15 @@ mod tests {
         let minutes: Vec<Minute> = (0..12)
             .map(|i| {
                 let swing = if i % 5 == 2 { 4.0 } else { 0.0 };
-                minute_with_rss(vec![40.0 + swing, 30.0 + i as f64])
+                // A third node without readings (0: its /proc was gone) is left out.
+                minute_with_rss(vec![40.0 + swing, 30.0 + i as f64, 0.0])
             })
             .collect();
-        let drift = rss_drift(&minutes, 2);
+        let drift = rss_drift(&minutes, 3);
+        assert!(!drift.contains("n3"), "{drift}");
         assert!(drift.contains("n1 40.8 → 40.8 MiB (+0.0 %)"), "{drift}");
         assert!(drift.contains("n2 32.0 → 39.0 MiB (+21.9 %)"), "{drift}");
-        assert_eq!(rss_drift(&minutes[..9], 2), "");
+        assert_eq!(rss_drift(&minutes[..9], 3), "");
     }
 
     #[test]

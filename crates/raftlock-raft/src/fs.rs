@@ -265,8 +265,9 @@ impl Write for ChunkedWriter {
     }
 }
 
-/// Suffix of the temporary files [`write_atomically`] renames into place; leftovers of a crash
-/// are removed when the store opens.
+/// Suffix of the temporary files [`write_atomically`] renames into place, and of purged WAL
+/// segments being freed ([`crate::wal::remove_segments`]); leftovers of a crash are removed
+/// when the store opens.
 pub const TMP_SUFFIX: &str = ".tmp";
 
 #[cfg(test)]

@@ -380,8 +380,10 @@ impl Janitor {
 }
 
 /// Deletes each batch of segment names received, oldest first, until the first failure;
-/// after it, nothing more (see [`wal::remove_segments`]): the failed segment and every newer
-/// one stay, a suffix that replays (purged entries skipped) at the next start.
+/// after it, nothing more (see [`wal::remove_segments`]): the failed segment (or, if its
+/// rename out of the log had succeeded, its `.tmp`) and every newer one stay, a suffix that
+/// replays (purged entries skipped) at the next start. Each segment takes ~0.7 s (freed
+/// piece by piece), so dropping the store after a large purge waits that long per segment.
 fn run_janitor(dir: &dyn Dir, batches: mpsc::Receiver<Vec<String>>) {
     let mut failed = false;
     for names in batches {

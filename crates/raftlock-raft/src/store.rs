@@ -6,7 +6,8 @@
 //!   the files;
 //! - `wal-<seq>.log`: the write-ahead log segments (see [`crate::wal`]);
 //! - `vote`, `snapshot`: checked files (see [`crate::checked_file`]);
-//! - `*.tmp`: leftovers of an interrupted atomic write, removed here.
+//! - `*.tmp`: leftovers of an interrupted atomic write, or a purged WAL segment whose removal
+//!   a crash cut short; removed here (a large one piece by piece, as the janitor does).
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
@@ -18,7 +19,7 @@ use crate::error::StoreError;
 use crate::fs::{Dir, OsDir, TMP_SUFFIX};
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
-use crate::wal::DEFAULT_SEGMENT_BYTES;
+use crate::wal::{self, DEFAULT_SEGMENT_BYTES};
 
 const LOCK_FILE: &str = "LOCK";
 
@@ -83,7 +84,7 @@ fn remove_leftover_temp_files(dir: &dyn Dir) -> Result<(), StoreError> {
         .list()
         .map_err(|e| StoreError::io(dir.describe(""), e))?;
     for name in names.iter().filter(|n| n.ends_with(TMP_SUFFIX)) {
-        dir.remove(name)
+        dir.remove_gradually(name, wal::REMOVAL_STEP_BYTES, wal::REMOVAL_PAUSE)
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
     }
     Ok(())

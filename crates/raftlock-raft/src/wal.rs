@@ -689,8 +689,8 @@ impl Wal {
 
 /// How much of a purged segment is freed at a time, and the pause after each piece
 /// ([`Dir::remove_gradually`]): a 64 MiB segment goes in ~0.7 s on the janitor thread.
-const REMOVAL_STEP_BYTES: u64 = 1 << 20;
-const REMOVAL_PAUSE: Duration = Duration::from_millis(10);
+pub(crate) const REMOVAL_STEP_BYTES: u64 = 1 << 20;
+pub(crate) const REMOVAL_PAUSE: Duration = Duration::from_millis(10);
 
 /// Deletes segment files handed out by [`Wal::take_removable_segments`], in that order (oldest
 /// first). Each leaves the log by a rename to a temporary name, synced (the directory) before
