@@ -648,9 +648,7 @@ impl Cluster {
     /// The first and the last `lines` lines node `id` logged, joined with ` | `: an exit at
     /// start prints its error first and a long backtrace after it.
     fn log_tail(&self, id: u64, lines: usize) -> String {
-        let bytes = std::fs::read(self.log_path(id)).unwrap_or_default();
-        let log = String::from_utf8_lossy(&bytes);
-        let all: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        let all = self.log_lines(id);
         if all.len() <= 2 * lines {
             return all.join(" | ");
         }

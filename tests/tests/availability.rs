@@ -261,8 +261,9 @@ impl Load {
         })
     }
 
-    /// Stops the workers and the disk probe; reports the errors and the longest time with no
-    /// successful write anywhere between `from` and the end.
+    /// Stops the workers and the disk probe; reports the errors and, of the times with no
+    /// successful write anywhere between `from` and the end, the one that lasted longest
+    /// beyond the disk's own stall within it.
     async fn finish(self, from: Instant) -> anyhow::Result<LoadOutcome> {
         self.stop.send(true)?;
         let mut cycles = 0;
@@ -369,7 +370,7 @@ async fn sigterm_hand_off(voters: u64, max_gap: Duration) -> anyhow::Result<()> 
     load.running(Instant::now(), Duration::ZERO).await?;
     let outcome = load.finish(stopped_at).await?;
     println!(
-        "{voters} voters, {} cycles; worst gap with no write anywhere: {:?}",
+        "{voters} voters, {} cycles; worst gap beyond the disk's stall: {:?}",
         outcome.cycles, outcome.worst_gap
     );
     outcome.assert_pauses_within(max_gap, &cluster);
@@ -437,7 +438,7 @@ async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<
     }
     let outcome = load.finish(began).await?;
     println!(
-        "{} cycles; worst gap with no write anywhere: {:?}",
+        "{} cycles; worst gap beyond the disk's stall: {:?}",
         outcome.cycles, outcome.worst_gap
     );
     outcome.assert_pauses_within(Duration::from_millis(500), &cluster);

@@ -604,22 +604,8 @@ mod tests {
         assert_eq!(left, ["wal-2", "wal-3"]);
     }
 
-    /// A purged segment leaves the log by a rename before it is freed piece by piece; the
-    /// power failing in between leaves it under a temporary name, which the next start deletes
-    /// without changing the log.
-    #[tokio::test]
-    async fn a_segment_whose_removal_a_crash_cut_short_is_deleted_at_the_next_start() {
-        let disk = SimDir::new();
-        let wal_files = |disk: &SimDir| {
-            let mut names: Vec<String> = disk
-                .list()
-                .unwrap()
-                .into_iter()
-                .filter(|n| n.starts_with("wal-"))
-                .collect();
-            names.sort();
-            names
-        };
+    /// A store on `disk` holding entries 1..=200 in 128-byte segments: many closed ones.
+    async fn store_with_closed_segments(disk: &SimDir) -> LogStore {
         let mut store = LogStore::open(Arc::new(disk.clone()), 128, None).unwrap();
         for i in 0..40 {
             store
@@ -627,6 +613,28 @@ mod tests {
                 .await
                 .unwrap();
         }
+        store
+    }
+
+    /// The WAL segment files on `disk` (and any being freed), in name order.
+    fn wal_files(disk: &SimDir) -> Vec<String> {
+        let mut names: Vec<String> = disk
+            .list()
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.starts_with("wal-"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A purged segment leaves the log by a rename before it is freed piece by piece; the
+    /// power failing in between leaves it under a temporary name, which the next start deletes
+    /// without changing the log.
+    #[tokio::test]
+    async fn a_segment_whose_removal_a_crash_cut_short_is_deleted_at_the_next_start() {
+        let disk = SimDir::new();
+        let mut store = store_with_closed_segments(&disk).await;
         let oldest = wal_files(&disk)[0].clone();
         let oldest_bytes = disk.read(&oldest).unwrap().unwrap();
         store.purge(log_id(190)).await.unwrap();
@@ -659,20 +667,8 @@ mod tests {
     #[tokio::test]
     async fn freed_segments_are_deleted_by_the_janitor() {
         let disk = SimDir::new();
-        let segments = |disk: &SimDir| {
-            disk.list()
-                .unwrap()
-                .iter()
-                .filter(|n| n.starts_with("wal-"))
-                .count()
-        };
-        let mut store = LogStore::open(Arc::new(disk.clone()), 128, None).unwrap();
-        for i in 0..40 {
-            store
-                .blocking_append(entries(i * 5 + 1..=i * 5 + 5))
-                .await
-                .unwrap();
-        }
+        let segments = |disk: &SimDir| wal_files(disk).len();
+        let mut store = store_with_closed_segments(&disk).await;
         let before = segments(&disk);
         assert!(before > 3, "the test needs closed segments: {before}");
         store.purge(log_id(190)).await.unwrap();
