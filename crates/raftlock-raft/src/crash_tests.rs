@@ -14,7 +14,7 @@ use crate::checked_file;
 use crate::fs::Dir;
 use crate::sim_fs::{Rng, SimDir};
 use crate::typ::{Entry, LogId};
-use crate::wal::{remove_segments, LogContents, PendingFrame, Wal, WalOpRef};
+use crate::wal::{entry_weight, remove_segments, LogContents, PendingFrame, Wal, WalOpRef};
 
 const MAGIC_VOTE: &[u8; 8] = b"TESTVOTE";
 const MAGIC_SNAP: &[u8; 8] = b"TESTSNAP";
@@ -70,10 +70,19 @@ fn observe(
     }
 }
 
+/// An entry of `term` at `index`: blank, or carrying one or two ops, so entries weigh 1-3
+/// against the decoded tail ([`crate::wal::entry_weight`]).
 fn entry(term: u64, index: u64) -> Entry {
+    let ops = (index % 3) as usize;
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-        payload: EntryPayload::Blank,
+        payload: match ops {
+            0 => EntryPayload::Blank,
+            _ => EntryPayload::Normal(raftlock_core::Command {
+                stamp: index as i64,
+                ops: vec![raftlock_core::Op::Tick; ops],
+            }),
+        },
     }
 }
 
@@ -124,9 +133,15 @@ impl Store {
             .map(|e| e.log_id)
             .collect();
         assert_eq!(live, expected, "the live log differs from the model");
+        let weights: Vec<usize> = self.live.entries.values().map(entry_weight).collect();
+        assert_eq!(
+            self.live.decoded_weight(),
+            weights.iter().sum::<usize>(),
+            "the decoded tail's weight drifted from its entries'"
+        );
         assert!(
-            self.live.entries.len() <= DECODED_TAIL,
-            "the live log keeps more than its tail decoded"
+            weights.len() <= 1 || weights.iter().sum::<usize>() <= DECODED_TAIL,
+            "the live log keeps more than its tail decoded: weights {weights:?}"
         );
     }
 }

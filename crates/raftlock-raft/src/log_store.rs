@@ -1,8 +1,8 @@
 //! The durable Raft log and vote: openraft's [`RaftLogStorage`] over the [`Wal`] and a vote
 //! file.
 //!
-//! The newest entries are kept decoded in memory as well as in the WAL
-//! ([`wal::DECODED_TAIL_ENTRIES`]), so replication tasks and apply read them without touching
+//! The newest entries (up to [`wal::DECODED_TAIL_OPS`] ops) are kept decoded in memory as well
+//! as in the WAL, so replication tasks and apply read them without touching
 //! the disk and without waiting for the sync of the batch being written; older ones are read
 //! back from their frame (a follower catching up), so memory does not grow with the log. openraft 0.9 awaits every call below in its core loop, so each
 //! one's disk time is time no node-wide progress is made; they do as little as safety allows:
@@ -102,11 +102,11 @@ impl LogStore {
         segment_bytes: u64,
         dir_lock: Option<File>,
     ) -> Result<Self, StoreError> {
-        Self::open_keeping(dir, segment_bytes, wal::DECODED_TAIL_ENTRIES, dir_lock)
+        Self::open_keeping(dir, segment_bytes, wal::DECODED_TAIL_OPS, dir_lock)
     }
 
-    /// [`Self::open`], keeping `decoded_tail` entries decoded in memory (tests use a short tail
-    /// to read most entries back from disk).
+    /// [`Self::open`], keeping entries of `decoded_tail` weight ([`wal::entry_weight`]) decoded
+    /// in memory (tests use a short tail to read most entries back from disk).
     pub fn open_keeping(
         dir: Arc<dyn Dir>,
         segment_bytes: u64,
