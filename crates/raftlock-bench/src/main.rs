@@ -8,6 +8,10 @@
 //! - `soak`: a fixed-rate mixed load for many minutes, reported minute by minute (`make soak`).
 //! - `primitives`: a hot semaphore, wait-group job completions and a 16-party barrier
 //!   (`make bench-primitives`).
+//!
+//! The scripts beside `src/` drive it: `run.sh` (`make bench`), `soak.sh` (`make soak`),
+//! `cost.sh` (`make bench-cost`) and `primitives.sh` (`make bench-primitives`), which start
+//! and stop their local clusters and write into docs/benchmarks.md through `cluster.sh`.
 
 mod conn;
 mod primitives;
@@ -385,9 +389,9 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             };
             let table = soak::run(&target, &endpoints, &pids, &plan, |m| {
                 println!(
-                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {}  slow {:?}  longest disk wait {:?} ms  live heap {:?} MiB  huge pages {:?} MiB",
+                    "[soak] minute {:>3}: {:>6.0} req/s  p50 {:>6.2} ms  p99 {:>7.2} ms  p99.9 {:>7.2} ms  max {:>7.1} ms  queued max {:>7.1} ms  generator late max {:>7.1} ms  errors {}  rss {:?} MiB  leader changes {}  snapshots {}  fsyncs {} (mean {:.2} ms)  slow {:?}  longest disk wait {:?} ms  live heap {:?} MiB  huge pages {:?} MiB",
                     m.minute, m.requests as f64 / 60.0, m.p50_ms, m.p99_ms, m.p999_ms, m.max_ms, m.max_queued_ms, m.max_late_ms, m.errors,
-                    soak::rounded(&m.rss_mib), m.leader_changes, m.snapshots, m.fsyncs, m.slow,
+                    soak::rounded(&m.rss_mib), m.leader_changes, m.snapshots, m.fsyncs, m.fsync_mean_ms, m.slow,
                     soak::rounded(&m.disk_wait_ms), soak::rounded(&m.heap_live_mib), soak::rounded(&m.huge_pages_mib)
                 );
             })

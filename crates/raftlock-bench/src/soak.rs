@@ -66,6 +66,10 @@ pub struct Minute {
     pub leader_changes: f64,
     pub snapshots: f64,
     pub fsyncs: f64,
+    /// The mean time of this minute's log fsyncs, all nodes, in ms (raftlock times the WAL
+    /// write with its sync, etcd the sync alone): a disk that slows down shows here first
+    /// (batches grow, fsyncs get fewer, p50 rises), whatever the cluster does.
+    pub fsync_mean_ms: f64,
     /// Slow events this minute, all nodes, per stall source of the system's [`SoakMetrics`].
     pub slow: Vec<f64>,
     /// Per node at the minute's end: the bytes it holds from its allocator, in MiB (empty
@@ -89,6 +93,8 @@ pub struct SoakMetrics {
     snapshots: &'static str,
     /// Counter of log fsyncs.
     fsyncs: &'static str,
+    /// Total seconds spent in log fsyncs.
+    fsync_seconds: &'static str,
     /// The bucket bound (seconds, as the histograms spell it) above which an event is slow:
     /// 50 ms for raftlock; etcd's buckets are powers of two, so 64 ms there.
     slow_above: &'static str,
@@ -119,6 +125,7 @@ const RAFTLOCK_METRICS: SoakMetrics = SoakMetrics {
     leader_changes: "raftlock_leader_changes_total",
     snapshots: "raftlock_snapshot_duration_seconds_count",
     fsyncs: "raftlock_wal_fsync_duration_seconds_count",
+    fsync_seconds: "raftlock_wal_fsync_duration_seconds_sum",
     slow_above: "0.05",
     stall_sources: &[
         ("apply", "raftlock_apply_duration_seconds"),
@@ -134,6 +141,7 @@ const ETCD_METRICS: SoakMetrics = SoakMetrics {
     leader_changes: "etcd_server_leader_changes_seen_total",
     snapshots: "etcd_debugging_snap_save_total_duration_seconds_count",
     fsyncs: "etcd_disk_wal_fsync_duration_seconds_count",
+    fsync_seconds: "etcd_disk_wal_fsync_duration_seconds_sum",
     slow_above: "0.064",
     stall_sources: &[
         ("fsync", "etcd_disk_wal_fsync_duration_seconds"),
@@ -268,7 +276,7 @@ fn spawn_disk_wait_sampler(
 }
 
 /// One scrape of each node: the cumulative counters, all nodes (leader changes, snapshots,
-/// fsyncs, then per stall source the slow events), and per node its live heap in MiB.
+/// fsyncs, fsync seconds, then per stall source the slow events), and per node its live heap in MiB.
 async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> (Vec<f64>, Vec<f64>) {
     let texts = scrape(endpoints).await;
     let heap_live = metrics.heap_live.map_or_else(Vec::new, |gauge| {
@@ -281,6 +289,7 @@ async fn counters(metrics: &SoakMetrics, endpoints: &[String]) -> (Vec<f64>, Vec
         series_sum(&texts, metrics.leader_changes),
         series_sum(&texts, metrics.snapshots),
         series_sum(&texts, metrics.fsyncs),
+        series_sum(&texts, metrics.fsync_seconds),
     ];
     for (_, series) in metrics.stall_sources {
         let all = series_sum(&texts, &format!("{series}_count"));
@@ -397,7 +406,8 @@ pub async fn run(
             leader_changes: after[0] - before[0],
             snapshots: after[1] - before[1],
             fsyncs: after[2] - before[2],
-            slow: (3..after.len()).map(|i| after[i] - before[i]).collect(),
+            fsync_mean_ms: 1000.0 * (after[3] - before[3]) / (after[2] - before[2]).max(1.0),
+            slow: (4..after.len()).map(|i| after[i] - before[i]).collect(),
             heap_live_mib,
             huge_pages_mib: pids.iter().map(|p| anon_huge_pages_mib(*p)).collect(),
             disk_wait_ms: take_minute(&disk_waits),
@@ -591,15 +601,15 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
         .collect::<Vec<_>>()
         .join("/");
     let mut out = format!(
-        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | {} | longest disk wait ({names}, ms) | live heap at the end ({names}, MiB) | huge pages at the end ({names}, MiB) |\n",
+        "| minute | req/s | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | errors | {} | leader changes | snapshots | fsyncs | mean fsync (ms) | {} | longest disk wait ({names}, ms) | live heap at the end ({names}, MiB) | huge pages at the end ({names}, MiB) |\n",
         rss.join(" | "),
         metrics.slow_heading(),
     );
-    out += &format!("|{}\n", " --- |".repeat(14 + nodes));
+    out += &format!("|{}\n", " --- |".repeat(15 + nodes));
     for m in minutes {
         let rss: Vec<String> = m.rss_mib.iter().map(|r| format!("{r:.0}")).collect();
         out += &format!(
-            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |\n",
             m.minute,
             m.requests as f64 / 60.0,
             m.p50_ms,
@@ -611,6 +621,7 @@ pub fn markdown(minutes: &[Minute], nodes: usize, metrics: &SoakMetrics) -> Stri
             m.leader_changes,
             m.snapshots,
             m.fsyncs,
+            m.fsync_mean_ms,
             m.slow
                 .iter()
                 .map(|v| format!("{v}"))
