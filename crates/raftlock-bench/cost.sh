@@ -20,19 +20,13 @@ CLIENTS=${COST_CLIENTS:-1,64,256}
 WORK=${COST_DIR:-$ROOT/target/cost}
 SETUPS=${COST_SETUPS:-"default=$ROOT/target/release one-worker=$ROOT/target/release:1"}
 BENCH=$ROOT/target/release/raftlock-bench
-PEERS=1=127.0.0.1:7601,2=127.0.0.1:7602,3=127.0.0.1:7603
-EPS=127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603
-ETCD_CLUSTER=e1=http://127.0.0.1:27801,e2=http://127.0.0.1:27802,e3=http://127.0.0.1:27803
-ETCD_EPS=127.0.0.1:27791,127.0.0.1:27792,127.0.0.1:27793
-PIDS=()
-
-log() { echo "[cost $(date +%T)] $*" >&2; }
-stop_all() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
+LOG_TAG=cost
+# shellcheck source=cluster.sh
+source "$ROOT/crates/raftlock-bench/cluster.sh"
 trap stop_all EXIT
+RL_DIR=$WORK/rl RL_PORT=760 RL_SECRET=cost-secret RL_PLATFORM=cost-platform
+EPS=$(endpoints 760)
+ETCD_EPS=$(endpoints 2779)
 
 if [[ -z ${COST_SETUPS:-} ]]; then
   log "building release binaries"
@@ -55,34 +49,13 @@ switches() {
   echo "$t"
 }
 
-start_raftlock() { # bin_dir workers
-  local bin=$1 workers=$2 i extra=()
-  [[ -n $workers ]] && extra=(--worker-threads "$workers")
-  for i in 1 2 3; do
-    mkdir -p "$WORK/rl/n$i"
-    RAFTLOCK_LOG=warn "$bin/raftlock" serve --node-id "$i" --listen "127.0.0.1:760$i" \
-      --data-dir "$WORK/rl/n$i" --peers "$PEERS" --cluster-secret cost-secret \
-      --platform-token cost-platform "${extra[@]}" >>"$WORK/rl-n$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for i in 1 2 3; do
-    until curl -sf "http://127.0.0.1:760$i/readyz" >/dev/null; do sleep 0.2; done
-  done
-}
-
-start_etcd() {
-  local i
-  for i in 1 2 3; do
-    etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
-      --listen-client-urls "http://127.0.0.1:2779$i" --advertise-client-urls "http://127.0.0.1:2779$i" \
-      --listen-peer-urls "http://127.0.0.1:2780$i" --initial-advertise-peer-urls "http://127.0.0.1:2780$i" \
-      --initial-cluster "$ETCD_CLUSTER" --initial-cluster-state new --initial-cluster-token cost \
-      --logger zap --log-level warn >>"$WORK/etcd-e$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for i in 1 2 3; do
-    until curl -sf "http://127.0.0.1:2779$i/health" >/dev/null; do sleep 0.2; done
-  done
+# A 3-node cluster of the raftlock in bin_dir, with `workers` Tokio worker threads if given,
+# ready before this returns.
+start_cost_raftlock() { # bin_dir workers
+  local extra=()
+  [[ -n $2 ]] && extra=(--worker-threads "$2")
+  RL_BIN=$1 RAFTLOCK_LOG=warn start_raftlock "${extra[@]}"
+  wait_for http://127.0.0.1:760{1,2,3}/readyz
 }
 
 cells() { # label system endpoints
@@ -111,13 +84,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     bin=${spec%%:*} workers=
     [[ $spec == *:* ]] && workers=${spec#*:}
     rm -rf "$WORK" && mkdir -p "$WORK"
-    start_raftlock "$bin" "$workers"
+    start_cost_raftlock "$bin" "$workers"
     cells "$label" raftlock "$EPS"
     stop_all
   done
   if [[ $ETCD == 1 ]]; then
     rm -rf "$WORK" && mkdir -p "$WORK"
-    start_etcd
+    start_etcd "$WORK/etcd" 2779 2780 cost
+    wait_for http://127.0.0.1:2779{1,2,3}/health
     cells etcd etcd "$ETCD_EPS"
     stop_all
   fi

@@ -28,22 +28,16 @@ ONLY=${BENCH_ONLY:-}
 WORK=${BENCH_DIR:-$ROOT/target/bench}
 RESULTS=$WORK/results.jsonl
 BIN=$ROOT/target/release
-SECRET=bench-cluster-secret
-PLATFORM=bench-platform-token
-RL_EPS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
-RL_PEERS=1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103
-ETCD_EPS=127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
-ETCD_CLUSTER=e1=http://127.0.0.1:23801,e2=http://127.0.0.1:23802,e3=http://127.0.0.1:23803
-PIDS=()
-
-log() { echo "[bench $(date +%T)] $*" >&2; }
-
-stop_all() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
+LOG_TAG=bench
+# shellcheck source=cluster.sh
+source "$ROOT/crates/raftlock-bench/cluster.sh"
 trap stop_all EXIT
+RL_BIN=$BIN RL_DIR=$WORK/rl RL_PORT=710 RL_SECRET=bench-cluster-secret
+# Each round starts from empty data directories; the logs of every round are kept beside them.
+RL_LOGS=$WORK/rl-n ETCD_LOGS=$WORK/etcd-e
+PLATFORM=bench-platform-token RL_PLATFORM=$PLATFORM
+RL_EPS=$(endpoints 710)
+ETCD_EPS=$(endpoints 2379)
 
 # ---- tools ----
 need=()
@@ -73,29 +67,13 @@ CPU_MODEL=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
 MEM_TOTAL=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
 
 # ---- clusters ----
-start_raftlock() {
-  for i in 1 2 3; do
-    mkdir -p "$WORK/rl/n$i"
-    RAFTLOCK_LOG=${RAFTLOCK_LOG:-warn} "$BIN/raftlock" serve --node-id "$i" --listen "127.0.0.1:710$i" \
-      --data-dir "$WORK/rl/n$i" --peers "$RL_PEERS" --cluster-secret "$SECRET" \
-      --platform-token "$PLATFORM" >>"$WORK/rl-n$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-}
-
 # TLS on: HTTPS for clients and mutual TLS between nodes on their peer listeners (:720i).
 start_raftlock_tls() {
-  local peers=1=127.0.0.1:7201,2=127.0.0.1:7202,3=127.0.0.1:7203
-  for i in 1 2 3; do
-    mkdir -p "$WORK/rl/n$i"
-    RAFTLOCK_LOG=${RAFTLOCK_LOG:-warn} "$BIN/raftlock" serve --node-id "$i" --listen "127.0.0.1:710$i" \
-      --peer-listen "127.0.0.1:720$i" --data-dir "$WORK/rl/n$i" --peers "$peers" \
-      --cluster-secret "$SECRET" --platform-token "$PLATFORM" \
-      --tls-cert "$WORK/tls/node.pem" --tls-key "$WORK/tls/node-key.pem" \
-      --peer-tls-cert "$WORK/tls/node.pem" --peer-tls-key "$WORK/tls/node-key.pem" \
-      --peer-ca "$WORK/tls/ca.pem" >>"$WORK/rl-n$i.log" 2>&1 &
-    PIDS+=($!)
-  done
+  RL_PEERS=1=127.0.0.1:7201,2=127.0.0.1:7202,3=127.0.0.1:7203 start_raftlock \
+    --peer-listen "127.0.0.1:720{i}" \
+    --tls-cert "$WORK/tls/node.pem" --tls-key "$WORK/tls/node-key.pem" \
+    --peer-tls-cert "$WORK/tls/node.pem" --peer-tls-key "$WORK/tls/node-key.pem" \
+    --peer-ca "$WORK/tls/ca.pem"
 }
 
 # One cell (workload 2, acquire+release cycles, 64 clients) with TLS off or on; prints
@@ -115,21 +93,16 @@ print("%.0f %.2f" % (c["throughput"], c["p99_ms"]))
 PY
 }
 
-start_etcd() {
-  for i in 1 2 3; do
-    etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
-      --listen-client-urls "http://127.0.0.1:2379$i" --advertise-client-urls "http://127.0.0.1:2379$i" \
-      --listen-peer-urls "http://127.0.0.1:2380$i" --initial-advertise-peer-urls "http://127.0.0.1:2380$i" \
-      --initial-cluster "$ETCD_CLUSTER" --initial-cluster-state new --initial-cluster-token bench \
-      --logger zap --log-level warn >>"$WORK/etcd-e$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-}
-
 run_round() { # system round
   local system=$1 round=$2
   rm -rf "$WORK/rl" "$WORK/etcd"
-  if [[ $system == raftlock ]]; then start_raftlock; eps=$RL_EPS; else start_etcd; eps=$ETCD_EPS; fi
+  if [[ $system == raftlock ]]; then
+    start_raftlock
+    eps=$RL_EPS
+  else
+    start_etcd "$WORK/etcd" 2379 2380 bench
+    eps=$ETCD_EPS
+  fi
   log "round $round: $system (load: $(cut -d' ' -f1-3 /proc/loadavg))"
   "$BIN/raftlock-bench" run --system "$system" --endpoints "$eps" --platform-token "$PLATFORM" \
     --workloads "$WORKLOADS" --clients "$CLIENTS" --seconds "$SECS" --warmup "$WARMUP" \
@@ -205,10 +178,7 @@ if ((MEM_LOCKS > 0)); then
   log "restarting follower node $f (SIGKILL)"
   kill -9 "${PIDS[$((f - 1))]}"; wait "${PIDS[$((f - 1))]}" 2>/dev/null || true
   t0=$(now_ms)
-  RAFTLOCK_LOG=warn "$BIN/raftlock" serve --node-id "$f" --listen "127.0.0.1:710$f" \
-    --data-dir "$WORK/rl/n$f" --peers "$RL_PEERS" --cluster-secret "$SECRET" \
-    --platform-token "$PLATFORM" >>"$WORK/rl-n$f.log" 2>&1 &
-  PIDS[$((f - 1))]=$!
+  start_raftlock_node "$f"
   until ready_and_read "127.0.0.1:710$f" "$KEY"; do sleep 0.02; done
   FOLLOWER_MS=$(( $(now_ms) - t0 ))
   FOLLOWER_RSS=$(rss_mib "${PIDS[$((f - 1))]}")
