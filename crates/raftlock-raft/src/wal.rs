@@ -94,6 +94,11 @@ pub fn entry_weight(entry: &Entry) -> usize {
     }
 }
 
+/// The summed [`entry_weight`] of `entries`.
+pub(crate) fn weight_of<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> usize {
+    entries.into_iter().map(entry_weight).sum()
+}
+
 /// Where a WAL frame lies, so the entries it appended can be read back once they are no longer
 /// kept decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +224,7 @@ impl LogContents {
     /// Removes the entries at and after `index`.
     pub fn truncate_from(&mut self, index: u64) {
         let removed = self.entries.split_off(&index);
-        self.decoded_weight -= removed.values().map(entry_weight).sum::<usize>();
+        self.decoded_weight -= weight_of(removed.values());
         if let Some(first) = self.evicted.front().map(|id| id.index) {
             let kept = index.saturating_sub(first).min(self.evicted.len() as u64);
             self.evicted.truncate(kept as usize);
@@ -252,7 +257,7 @@ impl LogContents {
         let kept = self.entries.split_off(&(upto.index + 1));
         self.last_purged = Some(upto);
         let removed = std::mem::replace(&mut self.entries, kept);
-        self.decoded_weight -= removed.values().map(entry_weight).sum::<usize>();
+        self.decoded_weight -= weight_of(removed.values());
         removed
     }
 
@@ -887,7 +892,7 @@ mod tests {
         );
         assert_eq!(log.decoded_weight(), 100);
 
-        let exact = |log: &LogContents| log.entries.values().map(entry_weight).sum::<usize>();
+        let exact = |log: &LogContents| weight_of(log.entries.values());
         log.truncate_from(79);
         assert_eq!((log.entries.len(), log.decoded_weight()), (3, exact(&log)));
         drop(log.purge(LogId::new(CommittedLeaderId::new(1, 1), 77)));
@@ -915,11 +920,7 @@ mod tests {
         let dir: Arc<dyn Dir> = Arc::new(SimDir::new());
         let (mut wal, mut log) = Wal::open(dir.clone(), 1 << 20, 1).unwrap();
         for index in 1..=3 {
-            let entries = vec![entry(index)];
-            let frame = PendingFrame::new(None, &[WalOpRef::Append(&entries)]).unwrap();
-            log.append(entries).unwrap();
-            let (first, loc) = wal.write(&frame).unwrap().expect("a frame that appends");
-            log.record_frame(first, loc);
+            append_durably(&mut wal, &mut log, vec![entry(index)]);
         }
         assert_eq!(log.entries.len(), 1, "entries 1 and 2 are evicted");
         assert_eq!(log.read(&*dir, 1..3).unwrap().len(), 2, "read back");
