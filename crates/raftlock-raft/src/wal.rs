@@ -736,7 +736,10 @@ pub(crate) const REMOVAL_PAUSE: Duration = Duration::from_millis(10);
 /// the caller must delete nothing newer, ever: a segment left behind an older, deleted one is
 /// a suffix, one left before a deleted newer one is a hole. The renamed file is then freed a
 /// piece at a time ([`Dir::remove_gradually`]); one a crash leaves behind is deleted at the
-/// next start with every other temporary file.
+/// next start with every other temporary file. A failure to free it is logged and is not an
+/// error: the segment is out of the log by then, so deleting newer ones leaves no hole, and
+/// stopping would keep every later segment on disk until the next start for a file that
+/// start deletes anyway.
 pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError> {
     for name in names {
         let doomed = format!("{name}{TMP_SUFFIX}");
@@ -744,8 +747,14 @@ pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
         dir.sync()
             .map_err(|e| StoreError::io(dir.describe(""), e))?;
-        dir.remove_gradually(&doomed, REMOVAL_STEP_BYTES, REMOVAL_PAUSE)
-            .map_err(|e| StoreError::io(dir.describe(&doomed), e))?;
+        if let Err(e) = dir.remove_gradually(&doomed, REMOVAL_STEP_BYTES, REMOVAL_PAUSE) {
+            tracing::warn!(
+                file = %dir.describe(&doomed),
+                error = %e,
+                "cannot free a purged WAL segment; it is out of the log and the next start \
+                 deletes it"
+            );
+        }
     }
     Ok(())
 }
