@@ -20,7 +20,12 @@
 # and would otherwise be counted as the soak's first minute). SOAK_SYSTEM=etcd runs the same
 # jobs against a 3-member etcd cluster (Debian's etcd-server) on the same disk instead: a stall
 # both systems see in the same minutes is the machine's (its table goes between the soak-etcd
-# markers; SOAK_HELD must be 0).
+# markers; SOAK_HELD must be 0). SOAK_TRACE_DISK=1 (root, bpftrace) logs every fsync and
+# block-device request of 50 ms or more into $SOAK_DIR/disk-stalls.log (disk-stalls.bt), to
+# tell a stall of the device from one above it. The load generator runs at nice -10 when the
+# script may raise priority: it shares the 2 cores with the nodes, and a job's latency counts
+# from its scheduled start, so a generator that wakes late adds its lateness to every job it
+# starts (a real client runs on its own machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +41,12 @@ SYSTEM=${SOAK_SYSTEM:-raftlock}
 LOG_TAG=soak
 # shellcheck source=cluster.sh
 source "$ROOT/crates/raftlock-bench/cluster.sh"
-trap stop_all EXIT
+TRACER=
+stop_soak() {
+  stop_all
+  [[ -z $TRACER ]] || kill "$TRACER" 2>/dev/null || true
+}
+trap stop_soak EXIT
 RL_BIN=$BIN RL_DIR=$WORK RL_PORT=740 RL_SECRET=soak-cluster-secret RL_PLATFORM=soak-platform-token
 PLATFORM=$RL_PLATFORM
 EPS=$(endpoints 740)
@@ -67,8 +77,17 @@ if ((HELD > 0)); then
   log "holding $HELD project locks in the background"
   "$BIN/raftlock-bench" --threads 2 load --endpoints "$EPS" --platform-token "$PLATFORM" --locks "$HELD"
 fi
+if [[ ${SOAK_TRACE_DISK:-0} == 1 ]]; then
+  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+  ulimit -l 8192 2>/dev/null || true  # bpftrace locks its maps in memory
+  bpftrace -B line "$ROOT/crates/raftlock-bench/disk-stalls.bt" >"$WORK/disk-stalls.log" 2>&1 &
+  TRACER=$!
+  log "tracing disk stalls into $WORK/disk-stalls.log"
+fi
+PRIORITY=()
+if nice -n -10 true 2>/dev/null; then PRIORITY=(nice -n -10); fi
 log "soak: $RATE jobs/s for $MINUTES min"
-"$BIN/raftlock-bench" --threads 2 soak --endpoints "$EPS" --platform-token "$PLATFORM" \
+"${PRIORITY[@]}" "$BIN/raftlock-bench" --threads 2 soak --endpoints "$EPS" --platform-token "$PLATFORM" \
   --rate "$RATE" --minutes "$MINUTES" --warmup-minutes "$WARMUP" --connections "$CONNECTIONS" \
   --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" --system "$SYSTEM" | tee "$WORK/soak.log"
 
