@@ -379,11 +379,21 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
     )
     .await?;
     println!("TLS compose: leader {leader} killed, new leader {new_leader}");
-    let read = Locks {
+    // The survivor may know the new leader a moment before that leader serves (its first
+    // entry of the term not yet committed): such a read answers 503, which the contract
+    // makes retryable. Any other answer must be the lock as it was taken.
+    let survivor_locks = Locks {
         base: url(survivor),
         ..locks.clone()
-    }
-    .read("tls-job")
+    };
+    let read = eventually(
+        Duration::from_secs(10),
+        "an answer other than 503 through the survivor",
+        || async {
+            let r = survivor_locks.read("tls-job").await.ok()?;
+            (r.status != 503).then_some(r)
+        },
+    )
     .await?;
     assert_eq!(
         (read.status, read.body["fencing_token"].as_u64()),
