@@ -381,7 +381,8 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
     println!("TLS compose: leader {leader} killed, new leader {new_leader}");
     // The survivor may know the new leader a moment before that leader serves (its first
     // entry of the term not yet committed): such a read answers 503, which the contract
-    // makes retryable. Any other answer must be the lock as it was taken.
+    // makes retryable. Any other answer must be the lock as it was taken, and a request
+    // that gets no answer fails the test as before.
     let survivor_locks = Locks {
         base: url(survivor),
         ..locks.clone()
@@ -390,11 +391,13 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
         Duration::from_secs(10),
         "an answer other than 503 through the survivor",
         || async {
-            let r = survivor_locks.read("tls-job").await.ok()?;
-            (r.status != 503).then_some(r)
+            match survivor_locks.read("tls-job").await {
+                Ok(r) if r.status == 503 => None,
+                answered => Some(answered),
+            }
         },
     )
-    .await?;
+    .await??;
     assert_eq!(
         (read.status, read.body["fencing_token"].as_u64()),
         (200, Some(taken.fencing()))

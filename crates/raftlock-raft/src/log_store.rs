@@ -382,8 +382,9 @@ impl Janitor {
 /// Deletes each batch of segment names received, oldest first, until the first segment that
 /// cannot leave the log; after it, nothing more (see [`wal::remove_segments`]): that segment
 /// and every newer one stay, a suffix that replays (purged entries skipped) at the next
-/// start. A segment that left the log but could not be freed stops nothing. Each segment takes ~0.7 s (freed
-/// piece by piece), so dropping the store after a large purge waits that long per segment.
+/// start. A segment that left the log but could not be freed stops nothing. Each segment
+/// takes ~0.7 s (freed piece by piece), so dropping the store after a large purge waits that
+/// long per segment.
 fn run_janitor(dir: &dyn Dir, batches: mpsc::Receiver<Vec<String>>) {
     let mut failed = false;
     for names in batches {
@@ -580,28 +581,33 @@ mod tests {
         }
     }
 
-    /// After a failed deletion the janitor deletes nothing newer: a newer segment deleted
-    /// behind an older one left on disk would be a hole the next start refuses.
-    #[test]
-    fn the_janitor_stops_at_the_first_failed_deletion() {
+    /// Runs the janitor over segments `wal-1`..`wal-3`, handed to it one batch each, on a
+    /// disk where renaming or removing `fails` fails; returns what is left, in name order.
+    fn janitor_leaves(fails: &'static str) -> Vec<String> {
         let disk = SimDir::new();
         for name in ["wal-1", "wal-2", "wal-3"] {
             disk.create(name).unwrap().sync().unwrap();
         }
         let dir = FailingRemove {
             inner: disk.clone(),
-            fails: "wal-2",
+            fails,
         };
         let (tx, rx) = mpsc::channel();
-        for batch in [&["wal-1"][..], &["wal-2"], &["wal-3"]] {
-            tx.send(batch.iter().map(|n| n.to_string()).collect())
-                .unwrap();
+        for name in ["wal-1", "wal-2", "wal-3"] {
+            tx.send(vec![name.to_string()]).unwrap();
         }
         drop(tx);
         run_janitor(&dir, rx);
         let mut left = disk.list().unwrap();
         left.sort();
-        assert_eq!(left, ["wal-2", "wal-3"]);
+        left
+    }
+
+    /// After a failed deletion the janitor deletes nothing newer: a newer segment deleted
+    /// behind an older one left on disk would be a hole the next start refuses.
+    #[test]
+    fn the_janitor_stops_at_the_first_failed_deletion() {
+        assert_eq!(janitor_leaves("wal-2"), ["wal-2", "wal-3"]);
     }
 
     /// A segment that has left the log (renamed to its temporary name, the directory synced)
@@ -609,22 +615,7 @@ mod tests {
     /// the next start deletes the temporary file.
     #[test]
     fn a_segment_out_of_the_log_that_cannot_be_freed_does_not_stop_the_janitor() {
-        let disk = SimDir::new();
-        for name in ["wal-1", "wal-2", "wal-3"] {
-            disk.create(name).unwrap().sync().unwrap();
-        }
-        let dir = FailingRemove {
-            inner: disk.clone(),
-            fails: "wal-2.tmp",
-        };
-        let (tx, rx) = mpsc::channel();
-        for batch in [&["wal-1"][..], &["wal-2"], &["wal-3"]] {
-            tx.send(batch.iter().map(|n| n.to_string()).collect())
-                .unwrap();
-        }
-        drop(tx);
-        run_janitor(&dir, rx);
-        assert_eq!(disk.list().unwrap(), ["wal-2.tmp"]);
+        assert_eq!(janitor_leaves("wal-2.tmp"), ["wal-2.tmp"]);
     }
 
     /// A store on `disk` holding entries 1..=200 in 128-byte segments: many closed ones.
