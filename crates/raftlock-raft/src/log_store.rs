@@ -567,6 +567,9 @@ mod tests {
             }
             self.inner.rename(from, to)
         }
+        fn link(&self, existing: &str, new: &str) -> std::io::Result<()> {
+            self.inner.link(existing, new)
+        }
         fn remove(&self, name: &str) -> std::io::Result<()> {
             if name == self.fails {
                 return Err(std::io::Error::other("injected"));

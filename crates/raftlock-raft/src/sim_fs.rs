@@ -130,7 +130,10 @@ impl SimDir {
         }
         let mut inodes = HashMap::new();
         for &ino in names.values() {
-            let inode = st.inodes.remove(&ino).unwrap_or_default();
+            // A file with two names (a hard link) survives once, the same under both.
+            let Some(inode) = st.inodes.remove(&ino) else {
+                continue;
+            };
             let data = surviving_bytes(&inode, rng);
             inodes.insert(
                 ino,
@@ -220,6 +223,21 @@ impl Dir for SimDir {
         st.names.insert(to.to_string(), ino);
         st.pending
             .push(DirOp::Rename(from.to_string(), to.to_string()));
+        Ok(())
+    }
+
+    fn link(&self, existing: &str, new: &str) -> io::Result<()> {
+        let mut st = self.lock();
+        st.spend()?;
+        if st.names.contains_key(new) {
+            return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+        }
+        let ino = *st
+            .names
+            .get(existing)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.names.insert(new.to_string(), ino);
+        st.pending.push(DirOp::Link(new.to_string(), ino));
         Ok(())
     }
 

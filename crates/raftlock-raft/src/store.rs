@@ -16,10 +16,10 @@ use std::sync::Arc;
 use raftlock_core::Limits;
 
 use crate::error::StoreError;
-use crate::fs::{Dir, OsDir, TMP_SUFFIX};
+use crate::fs::{Dir, OsDir, GRADUAL_PAUSE, GRADUAL_STEP_BYTES, TMP_SUFFIX};
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
-use crate::wal::{self, DEFAULT_SEGMENT_BYTES};
+use crate::wal::DEFAULT_SEGMENT_BYTES;
 
 const LOCK_FILE: &str = "LOCK";
 
@@ -84,7 +84,7 @@ fn remove_leftover_temp_files(dir: &dyn Dir) -> Result<(), StoreError> {
         .list()
         .map_err(|e| StoreError::io(dir.describe(""), e))?;
     for name in names.iter().filter(|n| n.ends_with(TMP_SUFFIX)) {
-        dir.remove_gradually(name, wal::REMOVAL_STEP_BYTES, wal::REMOVAL_PAUSE)
+        dir.remove_gradually(name, GRADUAL_STEP_BYTES, GRADUAL_PAUSE)
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
     }
     Ok(())

@@ -25,7 +25,7 @@ use raftlock_core::codec::{self, FrameRead};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::fs::{Dir, DirFile, TMP_SUFFIX};
+use crate::fs::{Dir, DirFile, GRADUAL_PAUSE, GRADUAL_STEP_BYTES, TMP_SUFFIX};
 use crate::typ::{Entry, LogId};
 use openraft::EntryPayload;
 
@@ -724,11 +724,6 @@ impl Wal {
     }
 }
 
-/// How much of a purged segment is freed at a time, and the pause after each piece
-/// ([`Dir::remove_gradually`]): a 64 MiB segment goes in ~0.7 s on the janitor thread.
-pub(crate) const REMOVAL_STEP_BYTES: u64 = 1 << 20;
-pub(crate) const REMOVAL_PAUSE: Duration = Duration::from_millis(10);
-
 /// Deletes segment files handed out by [`Wal::take_removable_segments`], in that order (oldest
 /// first). Each leaves the log by a rename to a temporary name, synced (the directory) before
 /// the next one: a crash can then only leave a suffix of segments, which always replays to
@@ -747,7 +742,7 @@ pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
         dir.sync()
             .map_err(|e| StoreError::io(dir.describe(""), e))?;
-        if let Err(e) = dir.remove_gradually(&doomed, REMOVAL_STEP_BYTES, REMOVAL_PAUSE) {
+        if let Err(e) = dir.remove_gradually(&doomed, GRADUAL_STEP_BYTES, GRADUAL_PAUSE) {
             tracing::warn!(
                 file = %dir.describe(&doomed),
                 error = %e,
