@@ -349,6 +349,23 @@ async fn a_wait_through_a_follower_behind_on_cluster_time_lasts_its_whole_timeou
     cluster.kill(follower);
     std::fs::remove_file(&hint)?;
     skews[&leader].set(-450)?;
+    // The follower comes back only once the leader's stamps trail, so that every entry it
+    // replays or catches up on was stamped ~0.45 s or more before it sees it. Restarted at
+    // once, a fast machine replayed the entries stamped just before the step within 0.3 s;
+    // that observation kept its estimate near the true clock, and the trailing stamps after
+    // it extrapolate lower and say nothing new (CI failed so, 20 s without a trailing view).
+    eventually(
+        Duration::from_secs(10),
+        "the leader's stamps to trail",
+        || async {
+            let sent = now();
+            let tick = at_leader.rpc("CreateLockLease", lease("tick")).await.ok()?;
+            // Cluster time, in nanoseconds since the epoch.
+            let created = tick.body["lease"]["created_at"].as_i64()? as f64 / 1e9;
+            (created < sent - 0.3).then_some(())
+        },
+    )
+    .await?;
     cluster.restart_with_env(follower, &[], skews[&follower].env())?;
     let lag = eventually(
         Duration::from_secs(20),
