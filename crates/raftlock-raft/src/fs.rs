@@ -33,7 +33,8 @@ pub trait Dir: Send + Sync + 'static {
             .map(<[u8]>::to_vec)
             .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, name.to_string()))
     }
-    /// Creates `name` empty (truncating it if it exists), open for appending.
+    /// Creates `name` empty (truncating it if it exists), open for writing at its end (and
+    /// over what it holds: [`DirFile::overwrite`]).
     fn create(&self, name: &str) -> io::Result<Box<dyn DirFile>>;
     /// Opens an existing `name` for appending at its end.
     fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>>;
@@ -66,7 +67,7 @@ pub trait Dir: Send + Sync + 'static {
     fn describe(&self, name: &str) -> String;
 }
 
-/// A file open for appending.
+/// A file open for writing at its end.
 pub trait DirFile: Send {
     /// Appends `buf` at the end of the file (not yet durable).
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
@@ -74,6 +75,10 @@ pub trait DirFile: Send {
     fn sync(&mut self) -> io::Result<()>;
     /// Cuts the file to `len` bytes and makes the cut durable; later appends go at `len`.
     fn truncate(&mut self, len: u64) -> io::Result<()>;
+    /// Writes `buf` over bytes already in the file, from `offset` (not yet durable, like an
+    /// append). Only for a file from [`Dir::create`]: on Linux a write at an offset into a
+    /// file opened for appending lands at its end instead, so such a file refuses.
+    fn overwrite(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
 }
 
 /// A real directory on disk.
@@ -126,12 +131,18 @@ impl Dir for OsDir {
             .write(true)
             .truncate(true)
             .open(self.path(name))?;
-        Ok(Box::new(OsFile { file }))
+        Ok(Box::new(OsFile {
+            file,
+            appending: false,
+        }))
     }
 
     fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
         let file = OpenOptions::new().append(true).open(self.path(name))?;
-        Ok(Box::new(OsFile { file }))
+        Ok(Box::new(OsFile {
+            file,
+            appending: true,
+        }))
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
@@ -181,6 +192,9 @@ impl Dir for OsDir {
 /// A real file opened by [`OsDir`].
 struct OsFile {
     file: File,
+    /// Opened with `O_APPEND` ([`Dir::open_append`]): every write lands at the end, so
+    /// [`DirFile::overwrite`] must refuse.
+    appending: bool,
 }
 
 impl DirFile for OsFile {
@@ -196,6 +210,17 @@ impl DirFile for OsFile {
         // The file is in append mode, so later writes land at the new end by themselves.
         self.file.set_len(len)?;
         self.file.sync_all()
+    }
+
+    fn overwrite(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if self.appending {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a file opened for appending cannot be written at an offset",
+            ));
+        }
+        self.file.write_all_at(buf, offset)
     }
 }
 
@@ -231,14 +256,30 @@ pub fn write_atomically_with(
     name: &str,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_atomically_with_head(dir, name, |out| write(out).map(|()| Vec::new()))
+}
+
+/// [`write_atomically_with`] for content whose first bytes depend on the rest (a header with
+/// its length and checksum): `write` writes the whole content with a placeholder of the
+/// header's size first, and returns the header, which is written over the placeholder before
+/// the last sync. One pass: the rest need not be produced twice, once to measure it and once
+/// to write it (a snapshot of a large state is ~100 MB to encode).
+pub fn write_atomically_with_head(
+    dir: &dyn Dir,
+    name: &str,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<Vec<u8>>,
+) -> io::Result<()> {
     let tmp = format!("{name}{TMP_SUFFIX}");
     let mut out = ChunkedWriter {
         file: dir.create(&tmp)?,
         buf: Vec::with_capacity(SYNC_CHUNK_BYTES),
     };
-    write(&mut out)?;
+    let head = write(&mut out)?;
     out.write_chunk()?;
     let ChunkedWriter { mut file, .. } = out;
+    if !head.is_empty() {
+        file.overwrite(0, &head)?;
+    }
     file.sync()?;
     drop(file);
     let retired = retire(dir, name)?;

@@ -152,15 +152,30 @@ impl SimDir {
 
 /// The bytes of a file after a power cut.
 fn surviving_bytes(inode: &Inode, rng: &mut Rng) -> Vec<u8> {
-    let Some(unsynced) = inode.data.strip_prefix(inode.synced.as_slice()) else {
+    let (synced, data) = (&inode.synced, &inode.data);
+    if data.len() < synced.len() {
         // Cut shorter since the last sync: the cut may or may not have reached the disk.
         return if rng.below(2) == 0 {
-            inode.synced.clone()
+            synced.clone()
         } else {
-            inode.data.clone()
+            data.clone()
         };
-    };
-    let mut out = inode.synced.clone();
+    }
+    // Bytes written over synced ones (an overwrite): each page holds the old bytes, the new
+    // ones or garbage. A file only appended to has no such page.
+    let mut out = Vec::with_capacity(data.len());
+    for (old, new) in synced.chunks(PAGE).zip(data[..synced.len()].chunks(PAGE)) {
+        if old == new {
+            out.extend_from_slice(old);
+            continue;
+        }
+        match rng.below(3) {
+            0 => out.extend_from_slice(old),
+            1 => out.extend_from_slice(new),
+            _ => out.extend(old.iter().map(|_| rng.next() as u8)),
+        }
+    }
+    let unsynced = &data[synced.len()..];
     match rng.below(3) {
         0 => {}
         1 => out.extend_from_slice(&unsynced[..rng.below(unsynced.len() as u64 + 1) as usize]),
@@ -198,6 +213,7 @@ impl Dir for SimDir {
         Ok(Box::new(SimFile {
             dir: self.clone(),
             ino,
+            appending: false,
         }))
     }
 
@@ -210,6 +226,7 @@ impl Dir for SimDir {
         Ok(Box::new(SimFile {
             dir: self.clone(),
             ino,
+            appending: true,
         }))
     }
 
@@ -266,6 +283,8 @@ impl Dir for SimDir {
 struct SimFile {
     dir: SimDir,
     ino: u64,
+    /// From [`Dir::open_append`]: refuses [`DirFile::overwrite`], as a real one does.
+    appending: bool,
 }
 
 impl DirFile for SimFile {
@@ -292,6 +311,24 @@ impl DirFile for SimFile {
         let inode = st.inodes.get_mut(&self.ino).expect("open file");
         inode.data.truncate(len as usize);
         inode.synced = inode.data.clone();
+        Ok(())
+    }
+
+    fn overwrite(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        if self.appending {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        let mut st = self.dir.lock();
+        st.spend()?;
+        let inode = st.inodes.get_mut(&self.ino).expect("open file");
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let Some(range) = inode.data.get_mut(start..start.saturating_add(buf.len())) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an overwrite past the end of the file",
+            ));
+        };
+        range.copy_from_slice(buf);
         Ok(())
     }
 }

@@ -57,12 +57,8 @@ enum SnapshotBody {
     Encoded(Vec<u8>),
     /// A copy of the applied state, encoded straight into the file: a snapshot of a large
     /// state (~100 MB encoded) is never held encoded in memory, which is most of a node's
-    /// memory swing when it builds one. `measured` is its encoding's length and CRC32C,
-    /// which the file's headers need before the bytes ([`SnapshotBody::measure`]).
-    State {
-        state: Box<SmData>,
-        measured: (usize, u32),
-    },
+    /// memory swing when it builds one.
+    State(Box<SmData>),
 }
 
 impl SnapshotBody {
@@ -73,32 +69,14 @@ impl SnapshotBody {
                 checked_file::save_with_bytes(dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, meta, &data)?;
                 Ok(data.len())
             }
-            SnapshotBody::State { state, measured } => {
-                checked_file::save_streamed(
-                    dir,
-                    SNAPSHOT_FILE,
-                    SNAPSHOT_MAGIC,
-                    meta,
-                    &(STATE_FORMAT, &*state),
-                    measured,
-                )?;
-                Ok(measured.0)
-            }
+            SnapshotBody::State(state) => checked_file::save_streamed(
+                dir,
+                SNAPSHOT_FILE,
+                SNAPSHOT_MAGIC,
+                meta,
+                &(STATE_FORMAT, &*state),
+            ),
         }
-    }
-
-    /// The body of a snapshot of `state`, measured on a snapshot thread: one encoding pass
-    /// into nothing, before any lock is taken (an install waits only for the write).
-    async fn measure(state: SmData) -> Result<SnapshotBody, StoreError> {
-        in_snapshot_thread(move || {
-            let measured = encoded_state_len_and_checksum(&state)
-                .map_err(|e| StoreError::corrupt(SNAPSHOT_FILE, 0, e.to_string()))?;
-            Ok(SnapshotBody::State {
-                state: Box::new(state),
-                measured,
-            })
-        })
-        .await?
     }
 }
 
@@ -199,12 +177,6 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Encodes the state prefixed with [`STATE_FORMAT`].
 pub(crate) fn encode_state(state: &SmData) -> Result<Vec<u8>, BoxError> {
     Ok(codec::encode(&(STATE_FORMAT, state))?)
-}
-
-/// The length and CRC32C of [`encode_state`] of `state`, without keeping its bytes: what
-/// [`checked_file::save_streamed`] needs to write the encoding straight into the file.
-fn encoded_state_len_and_checksum(state: &SmData) -> Result<(usize, u32), BoxError> {
-    Ok(codec::encoded_len_and_checksum(&(STATE_FORMAT, state))?)
 }
 
 /// Decodes a state written by [`encode_state`], refusing other layouts, with the usage
@@ -352,10 +324,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         metrics::histogram!("raftlock_snapshot_copy_seconds")
             .record(copied.elapsed().as_secs_f64());
         let meta = snapshot_meta(&state);
-        let body = SnapshotBody::measure(state)
-            .await
-            .map_err(|e| snap_write(&meta, &e))?;
-        self.shared.persist_snapshot(&meta, body).await?;
+        self.shared
+            .persist_snapshot(&meta, SnapshotBody::State(Box::new(state)))
+            .await?;
         // openraft 0.9 keeps only the metadata of a snapshot it had built (core/sm/worker.rs,
         // `build_snapshot`): the data is dropped unread. It is in the file, which
         // `get_current_snapshot` reads when a follower needs it; reading it back here would
