@@ -73,7 +73,8 @@ pub trait DirFile: Send {
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
     /// Makes everything appended so far durable (`fdatasync`).
     fn sync(&mut self) -> io::Result<()>;
-    /// Cuts the file to `len` bytes and makes the cut durable; later appends go at `len`.
+    /// Cuts the file to `len` bytes and makes the cut durable; on a file from
+    /// [`Dir::open_append`], later appends go at `len`.
     fn truncate(&mut self, len: u64) -> io::Result<()>;
     /// Writes `buf` over bytes already in the file, from `offset` (not yet durable, like an
     /// append). Only for a file from [`Dir::create`]: on Linux a write at an offset into a
@@ -207,7 +208,7 @@ impl DirFile for OsFile {
     }
 
     fn truncate(&mut self, len: u64) -> io::Result<()> {
-        // The file is in append mode, so later writes land at the new end by themselves.
+        // A file opened for appending writes at the new end by itself (the WAL's case).
         self.file.set_len(len)?;
         self.file.sync_all()
     }
@@ -275,8 +276,11 @@ pub fn write_atomically_with_head(
         buf: Vec::with_capacity(SYNC_CHUNK_BYTES),
     };
     let head = write(&mut out)?;
-    out.write_chunk()?;
-    let ChunkedWriter { mut file, .. } = out;
+    // The last piece and the head, then one sync for both.
+    let ChunkedWriter { mut file, buf } = out;
+    if !buf.is_empty() {
+        file.append(&buf)?;
+    }
     if !head.is_empty() {
         file.overwrite(0, &head)?;
     }
@@ -324,7 +328,8 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
     }
 }
 
-/// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced.
+/// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced (the last, shorter piece is
+/// left in `buf` for the caller).
 struct ChunkedWriter {
     file: Box<dyn DirFile>,
     /// What is not yet appended: less than a chunk between writes.
@@ -497,5 +502,28 @@ mod tests {
         write_atomically(&dir, "snapshot", &[b"v2"]).unwrap();
         assert_eq!(dir.list().unwrap(), ["snapshot"]);
         assert_eq!(dir.read("snapshot").unwrap().unwrap(), b"v2");
+    }
+
+    #[test]
+    fn a_head_written_last_lands_at_the_start_of_the_file_on_disk() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = OsDir::open(root.path()).unwrap();
+        let body = vec![9u8; SYNC_CHUNK_BYTES + 5];
+        write_atomically_with_head(&dir, "f", |out| {
+            out.write_all(&[0; 4])?;
+            out.write_all(&body)?;
+            Ok(b"HEAD".to_vec())
+        })
+        .unwrap();
+        let kept = dir.read("f").unwrap().unwrap();
+        assert_eq!(kept.len(), 4 + body.len());
+        assert_eq!(&kept[..4], b"HEAD");
+        assert!(kept[4..] == body[..], "the body moved");
+
+        // Opened for appending (O_APPEND), a write at an offset would land at the end.
+        let mut appending = dir.open_append("f").unwrap();
+        let refused = appending.overwrite(0, b"XXXX").unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::Unsupported);
+        assert_eq!(dir.read("f").unwrap().unwrap(), kept);
     }
 }

@@ -2,9 +2,10 @@
 //! [`SimDir::power_cut`] throws away what a real disk may lose when the power goes.
 //!
 //! What a power cut does, following the contract in [`crate::fs`]:
-//! - each file keeps its synced bytes; of the bytes appended since its last sync it keeps none,
-//!   a random prefix, or all of them with random pages zeroed or scrambled (torn and reordered
-//!   page writes);
+//! - each file keeps its synced bytes, except that a page overwritten since its last sync
+//!   holds the old bytes, the new ones or garbage; of the bytes appended since its last sync it
+//!   keeps none, a random prefix, or all of them with random pages zeroed or scrambled (torn
+//!   and reordered page writes);
 //! - of the creates, renames and removes since the last directory sync, a random prefix
 //!   survives (in order; a rename is atomic).
 //!
