@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use raftlock_tests::{eventually, free_port, token, Cluster, Locks};
+use raftlock_tests::{eventually, free_port, kill_tree, token, Cluster, Locks};
 use serde_json::{json, Value};
 
 /// A chromedriver process and one browser session in it.
 struct Browser {
-    driver: Child,
+    /// Killing chromedriver alone left each run's chromium running (seen after `make
+    /// test`): the session is ended first ([`Drop`]).
+    driver: Option<Child>,
     http: reqwest::Client,
     /// `http://127.0.0.1:<port>/session/<id>`
     session: String,
@@ -22,8 +24,28 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // chromedriver starts the browser detached from itself (it is not among the driver's
+        // descendants when they are killed): ending the session is what closes it. From a
+        // thread of its own, since `drop` cannot wait for a future on the test's runtime.
+        let session = self.session.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                reqwest::Client::new()
+                    .delete(&session)
+                    .timeout(Duration::from_secs(20))
+                    .send()
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+        if let Some(driver) = self.driver.take() {
+            kill_tree(driver);
+        }
     }
 }
 
@@ -73,7 +95,7 @@ impl Browser {
             .as_str()
             .with_context(|| format!("no session: {created}"))?;
         Ok(Browser {
-            driver,
+            driver: Some(driver),
             http,
             session: format!("{base}/session/{id}"),
         })
