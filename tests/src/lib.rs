@@ -175,13 +175,32 @@ impl NodeProc {
     }
 }
 
-/// Runs before a node's first start: `(node id, its data directory, the --peers value)`.
 /// How many times [`Cluster`] set-up starts the nodes when one finds its port taken.
 const LAUNCH_ATTEMPTS: u32 = 3;
 /// What a node's log says when it cannot bind its port (`EADDRINUSE`).
 const PORT_TAKEN: &str = "Address already in use";
 
+/// Runs before a node's first start: `(node id, its data directory, the --peers value)`.
 pub type Prepare<'a> = dyn Fn(u64, &std::path::Path, &str) -> Result<()> + 'a;
+
+/// How a test cluster is started; the default is plain HTTP with nothing in between.
+#[derive(Default)]
+struct LaunchSpec<'a> {
+    /// Extra `serve` flags for every node.
+    extra: &'a [&'a str],
+    /// Peers reach each other through a [`proxy::FaultProxy`] (and the binary is pinned).
+    behind_proxy: bool,
+    /// Every node has its own `--peer-listen` address for node-to-node traffic.
+    peer_listeners: bool,
+    /// A command that runs a node's `raftlock` (e.g. a syscall tracer), per node.
+    wrappers: BTreeMap<u64, Vec<String>>,
+    /// Extra environment per node, for every incarnation.
+    node_env: BTreeMap<u64, Vec<(String, String)>>,
+    /// HTTPS to clients and mutual TLS to peers with these certificates.
+    tls: Option<&'a TlsCerts>,
+    /// Runs for every node before its first start.
+    prepare: Option<&'a Prepare<'a>>,
+}
 
 /// A cluster of real processes on loopback.
 pub struct Cluster {
@@ -312,7 +331,14 @@ impl Cluster {
 
     /// Like [`Cluster::start`] with extra `serve` flags for every node.
     pub async fn start_with(n: u64, extra: &[&str]) -> Result<Cluster> {
-        Self::launch(n, extra, false).await
+        Self::launch(
+            n,
+            &LaunchSpec {
+                extra,
+                ..LaunchSpec::default()
+            },
+        )
+        .await
     }
 
     /// Like [`Cluster::start_with`], but every node's `--peers` names a [`proxy::FaultProxy`]
@@ -320,7 +346,12 @@ impl Cluster {
     /// RPCs, forwarded client requests) passes the proxy and obeys its link rules. Clients
     /// still talk to the real addresses ([`Cluster::url`]).
     pub async fn start_behind_proxy(n: u64, extra: &[&str]) -> Result<Cluster> {
-        Self::launch(n, extra, true).await
+        let spec = LaunchSpec {
+            extra,
+            behind_proxy: true,
+            ..LaunchSpec::default()
+        };
+        Self::launch(n, &spec).await
     }
 
     /// [`Cluster::start_behind_proxy`] with extra environment per node for every incarnation
@@ -328,34 +359,42 @@ impl Cluster {
     pub async fn start_behind_proxy_with_env(
         n: u64,
         extra: &[&str],
-        env: BTreeMap<u64, Vec<(String, String)>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
-        Self::launch_with(n, extra, true, false, BTreeMap::new(), env).await
+        let spec = LaunchSpec {
+            extra,
+            behind_proxy: true,
+            node_env,
+            ..LaunchSpec::default()
+        };
+        Self::launch(n, &spec).await
     }
 
     /// Like [`Cluster::start`], but node `id` runs as `wrapper... raftlock serve ...` for every
     /// `(id, wrapper)` in `wrappers` (a syscall tracer, for instance).
     pub async fn start_wrapped(n: u64, wrappers: BTreeMap<u64, Vec<String>>) -> Result<Cluster> {
-        Self::launch_with(n, &[], false, false, wrappers, BTreeMap::new()).await
+        Self::launch(
+            n,
+            &LaunchSpec {
+                wrappers,
+                ..LaunchSpec::default()
+            },
+        )
+        .await
     }
 
     /// Like [`Cluster::start`], with extra environment for some nodes from the first start
     /// on (e.g. [`Skew::env`]).
     pub async fn start_with_env(
         n: u64,
-        env: BTreeMap<u64, Vec<(String, String)>>,
+        node_env: BTreeMap<u64, Vec<(String, String)>>,
     ) -> Result<Cluster> {
-        Self::launch_with(n, &[], false, false, BTreeMap::new(), env).await
-    }
-
-    async fn launch(n: u64, extra: &[&str], behind_proxy: bool) -> Result<Cluster> {
-        Self::launch_with(
+        Self::launch(
             n,
-            extra,
-            behind_proxy,
-            false,
-            BTreeMap::new(),
-            BTreeMap::new(),
+            &LaunchSpec {
+                node_env,
+                ..LaunchSpec::default()
+            },
         )
         .await
     }
@@ -368,8 +407,12 @@ impl Cluster {
         n: u64,
         extra: &[&str],
     ) -> Result<(Cluster, BTreeMap<u64, String>)> {
-        let cluster =
-            Self::launch_with(n, extra, false, true, BTreeMap::new(), BTreeMap::new()).await?;
+        let spec = LaunchSpec {
+            extra,
+            peer_listeners: true,
+            ..LaunchSpec::default()
+        };
+        let cluster = Self::launch(n, &spec).await?;
         let peer_addrs = cluster
             .nodes
             .iter()
@@ -378,58 +421,27 @@ impl Cluster {
         Ok((cluster, peer_addrs))
     }
 
-    async fn launch_with(
-        n: u64,
-        extra: &[&str],
-        behind_proxy: bool,
-        peer_listeners: bool,
-        wrappers: BTreeMap<u64, Vec<String>>,
-        node_env: BTreeMap<u64, Vec<(String, String)>>,
-    ) -> Result<Cluster> {
-        Self::launch_full(
-            n,
-            extra,
-            behind_proxy,
-            peer_listeners,
-            wrappers,
-            node_env,
-            None,
-            None,
-        )
-        .await
-    }
-
     /// Like [`Cluster::start`], but `prepare(id, data_dir, peers)` runs for every node before
     /// its first start (e.g. `raftlock snapshot restore` into the empty data directory).
     pub async fn start_prepared(n: u64, prepare: &Prepare<'_>) -> Result<Cluster> {
-        Self::launch_full(
-            n,
-            &[],
-            false,
-            false,
-            BTreeMap::new(),
-            BTreeMap::new(),
-            None,
-            Some(prepare),
-        )
-        .await
+        let spec = LaunchSpec {
+            prepare: Some(prepare),
+            ..LaunchSpec::default()
+        };
+        Self::launch(n, &spec).await
     }
 
     /// Starts `n` nodes serving HTTPS to clients and mutual TLS to peers (each on its own
     /// peer listener), all with the certificate in `certs`; the cluster's HTTP client trusts
     /// the CA.
     pub async fn start_tls(n: u64, certs: &TlsCerts, extra: &[&str]) -> Result<Cluster> {
-        Self::launch_full(
-            n,
+        let spec = LaunchSpec {
             extra,
-            false,
-            true,
-            BTreeMap::new(),
-            BTreeMap::new(),
-            Some(certs),
-            None,
-        )
-        .await
+            peer_listeners: true,
+            tls: Some(certs),
+            ..LaunchSpec::default()
+        };
+        Self::launch(n, &spec).await
     }
 
     /// [`Cluster::launch_once`], again with new ports (up to [`LAUNCH_ATTEMPTS`] times) when
@@ -437,31 +449,10 @@ impl Cluster {
     /// something else may bind it before the node does: `make test` saw a node exit with
     /// "Address already in use" once (12-04, the console suite, not reproduced); the failure
     /// is the set-up's, never the subject of a test, so a fresh start is the right answer.
-    #[allow(clippy::too_many_arguments)]
-    async fn launch_full(
-        n: u64,
-        extra: &[&str],
-        behind_proxy: bool,
-        peer_listeners: bool,
-        wrappers: BTreeMap<u64, Vec<String>>,
-        node_env: BTreeMap<u64, Vec<(String, String)>>,
-        tls: Option<&TlsCerts>,
-        prepare: Option<&Prepare<'_>>,
-    ) -> Result<Cluster> {
+    async fn launch(n: u64, spec: &LaunchSpec<'_>) -> Result<Cluster> {
         let mut attempt = 1;
         loop {
-            let launched = Self::launch_once(
-                n,
-                extra,
-                behind_proxy,
-                peer_listeners,
-                wrappers.clone(),
-                node_env.clone(),
-                tls,
-                prepare,
-            )
-            .await;
-            match launched {
+            match Self::launch_once(n, spec).await {
                 Err(e) if attempt < LAUNCH_ATTEMPTS && format!("{e:#}").contains(PORT_TAKEN) => {
                     eprintln!("cluster set-up, attempt {attempt}: a node's port was taken ({e:#}); starting again on new ports");
                     attempt += 1;
@@ -471,17 +462,15 @@ impl Cluster {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn launch_once(
-        n: u64,
-        extra: &[&str],
-        behind_proxy: bool,
-        peer_listeners: bool,
-        wrappers: BTreeMap<u64, Vec<String>>,
-        node_env: BTreeMap<u64, Vec<(String, String)>>,
-        tls: Option<&TlsCerts>,
-        prepare: Option<&Prepare<'_>>,
-    ) -> Result<Cluster> {
+    async fn launch_once(n: u64, spec: &LaunchSpec<'_>) -> Result<Cluster> {
+        let LaunchSpec {
+            extra,
+            behind_proxy,
+            peer_listeners,
+            tls,
+            prepare,
+            ..
+        } = *spec;
         let dir = tempfile::tempdir()?;
         let mut nodes = BTreeMap::new();
         for id in 1..=n {
@@ -543,10 +532,10 @@ impl Cluster {
                 .chain(tls.map(TlsCerts::serve_args).into_iter().flatten())
                 .collect(),
             node_args: BTreeMap::new(),
-            node_env,
+            node_env: spec.node_env.clone(),
             proxy,
             bin,
-            wrappers,
+            wrappers: spec.wrappers.clone(),
             scheme: if tls.is_some() { "https" } else { "http" },
         };
         for id in 1..=n {

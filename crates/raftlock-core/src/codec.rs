@@ -100,10 +100,16 @@ pub fn encode_before_bytes<T: Serialize>(
     head: &T,
     bytes_len: usize,
 ) -> Result<Vec<u8>, CodecError> {
-    // A byte vector is a sequence: its length as a u64, then one byte per element.
     let mut out = encode(head)?;
-    out.extend(encode(&(bytes_len as u64))?);
+    out.extend(encode_bytes_len(bytes_len)?);
     Ok(out)
+}
+
+/// The length field in front of a byte vector of `bytes_len` bytes: what follows a value's
+/// other fields in [`encode_before_bytes`], for a caller that encoded those fields itself.
+pub fn encode_bytes_len(bytes_len: usize) -> Result<Vec<u8>, CodecError> {
+    // A byte vector is a sequence: its length as a u64, then one byte per element.
+    encode(&(bytes_len as u64))
 }
 
 /// Deserializes bytes produced by [`encode`].

@@ -65,10 +65,8 @@ pub fn save_streamed<T: Serialize, U: Serialize>(
     tail: &U,
 ) -> Result<usize, StoreError> {
     let refused = |reason: String| StoreError::corrupt(dir.describe(name), 0, reason);
-    let head_len = codec::encode(head)
-        .map_err(|e| refused(e.to_string()))?
-        .len();
-    let room = PREFIX_LEN + codec::FRAME_HEADER_LEN + head_len + LONG_TAIL_LEN_FIELD;
+    let head = codec::encode(head).map_err(|e| refused(e.to_string()))?;
+    let room = PREFIX_LEN + codec::FRAME_HEADER_LEN + head.len() + LONG_TAIL_LEN_FIELD;
     let mut measured = None;
     let written = write_atomically_with_head(dir, name, |out| {
         out.write_all(&vec![0; room])?;
@@ -76,7 +74,7 @@ pub fn save_streamed<T: Serialize, U: Serialize>(
         codec::encode_to_writer(tail, &mut checked).map_err(std::io::Error::other)?;
         let tail_measured = (checked.len(), checked.checksum());
         measured = Some(tail_measured);
-        let prefix = streamed_prefix(magic, head, tail_measured)?;
+        let prefix = streamed_prefix(magic, &head, tail_measured)?;
         if prefix.len() != room {
             return Err(std::io::Error::other(
                 "a short value: its headers do not fit",
@@ -87,7 +85,7 @@ pub fn save_streamed<T: Serialize, U: Serialize>(
     match (written, measured) {
         (Ok(()), Some((tail_len, _))) => Ok(tail_len),
         (Err(_), Some(tail_measured)) if tail_measured.0 < LONG_TAIL => {
-            save_measured(dir, name, magic, head, tail, tail_measured)?;
+            save_measured(dir, name, magic, &head, tail, tail_measured)?;
             Ok(tail_measured.0)
         }
         (Err(e), _) => Err(StoreError::io(dir.describe(name), e)),
@@ -102,13 +100,14 @@ pub const LONG_TAIL: usize = 1 << 16;
 const LONG_TAIL_LEN_FIELD: usize = 5;
 
 /// What a streamed file holds before the encoding of its tail: magic, format, the frame's
-/// header, `head` and the tail's length field.
-fn streamed_prefix<T: Serialize>(
+/// header, the encoded `head` and the tail's length field.
+fn streamed_prefix(
     magic: &[u8; 8],
-    head: &T,
+    head: &[u8],
     (tail_len, tail_crc): (usize, u32),
 ) -> std::io::Result<Vec<u8>> {
-    let before = codec::encode_before_bytes(head, tail_len).map_err(std::io::Error::other)?;
+    let len_field = codec::encode_bytes_len(tail_len).map_err(std::io::Error::other)?;
+    let before = [head, &len_field].concat();
     let header = codec::frame_header_with_tail(&before, tail_len, tail_crc).ok_or_else(|| {
         std::io::Error::other(format!(
             "a value of {tail_len} bytes is larger than a file holds ({} bytes)",
@@ -125,11 +124,11 @@ fn streamed_prefix<T: Serialize>(
 
 /// [`save_streamed`] of a tail whose encoding's length and CRC32C are known: the headers first,
 /// then the encoding, which must come out the same again.
-fn save_measured<T: Serialize, U: Serialize>(
+fn save_measured<U: Serialize>(
     dir: &dyn Dir,
     name: &str,
     magic: &[u8; 8],
-    head: &T,
+    head: &[u8],
     tail: &U,
     measured: (usize, u32),
 ) -> Result<(), StoreError> {
