@@ -9,7 +9,7 @@ use crate::barriers::{Arrival, BarrierSpec, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, HierarchyV2, Quotas};
-use crate::project_locks::{LockRead, ProjectLocks};
+use crate::project_locks::{LockRead, ProjectLocks, ProjectLocksV3};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
@@ -45,6 +45,38 @@ pub struct StateMachine {
     barriers: Barriers,
 }
 
+/// [`StateMachine`] as snapshot format 3 laid it out (project locks with their eligibility
+/// index, now built again after decoding), so a node upgraded from that release can read its
+/// snapshot. Field order is the encoding: do not change it.
+#[derive(Debug, Deserialize)]
+pub struct StateMachineV3 {
+    time: Nanos,
+    projects: BTreeMap<String, ProjectSettings>,
+    key_index: BTreeMap<String, String>,
+    project_locks: ProjectLocksV3,
+    hierarchy: Hierarchy,
+    request_ids: RequestIds,
+    semaphores: Semaphores,
+    wait_groups: WaitGroups,
+    barriers: Barriers,
+}
+
+impl From<StateMachineV3> for StateMachine {
+    fn from(v3: StateMachineV3) -> Self {
+        StateMachine {
+            time: v3.time,
+            projects: v3.projects,
+            key_index: v3.key_index,
+            project_locks: v3.project_locks.into(),
+            hierarchy: v3.hierarchy,
+            request_ids: v3.request_ids,
+            semaphores: v3.semaphores,
+            wait_groups: v3.wait_groups,
+            barriers: v3.barriers,
+        }
+    }
+}
+
 /// [`StateMachine`] as snapshot format 2 laid it out (before semaphores, wait groups and
 /// barriers, and before lock holders kept their arrival order), so a node upgraded
 /// from that release can read its snapshot. Field order is the encoding: do not change it.
@@ -53,7 +85,7 @@ pub struct StateMachineV2 {
     time: Nanos,
     projects: BTreeMap<String, ProjectSettings>,
     key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocks,
+    project_locks: ProjectLocksV3,
     hierarchy: HierarchyV2,
     request_ids: RequestIds,
 }
@@ -64,7 +96,7 @@ impl From<StateMachineV2> for StateMachine {
             time: v2.time,
             projects: v2.projects,
             key_index: v2.key_index,
-            project_locks: v2.project_locks,
+            project_locks: v2.project_locks.into(),
             hierarchy: v2.hierarchy.into(),
             request_ids: v2.request_ids,
             ..Default::default()
@@ -79,7 +111,7 @@ pub struct StateMachineV1 {
     time: Nanos,
     projects: BTreeMap<String, ProjectSettings>,
     key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocks,
+    project_locks: ProjectLocksV3,
     hierarchy: HierarchyV2,
 }
 
@@ -89,7 +121,7 @@ impl From<StateMachineV1> for StateMachine {
             time: v1.time,
             projects: v1.projects,
             key_index: v1.key_index,
-            project_locks: v1.project_locks,
+            project_locks: v1.project_locks.into(),
             hierarchy: v1.hierarchy.into(),
             ..Default::default()
         }
@@ -179,7 +211,8 @@ impl StateMachine {
     }
 
     /// Counts what each project stores from the state, so byte-budget checks cost a lookup
-    /// again; call it on a machine that was decoded (the counts are not encoded).
+    /// again, and builds the project-lock eligibility index; call it on a machine that was
+    /// decoded (neither is encoded).
     pub fn count_usage(&mut self) {
         self.project_locks.count_usage();
         self.hierarchy.count_usage();

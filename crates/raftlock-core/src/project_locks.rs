@@ -63,7 +63,11 @@ pub struct ProjectLocks {
     /// exactly as `BTreeMap`/`BTreeSet` do.
     leases: OrdMap<String, OrdMap<String, ProjectLease>>,
     /// (takeover-eligible time, project, key): lets a tick forget lapsed leases in time
-    /// proportional to what lapsed, not to what exists. Kept exact on every change.
+    /// proportional to what lapsed, not to what exists. Kept exact on every change. Not
+    /// state: it follows from `leases`, so a snapshot leaves it out (it was a third of a
+    /// large snapshot's bytes and encoding) and decoding builds it again
+    /// ([`Self::count_usage`]).
+    #[serde(skip)]
     by_eligibility: OrdSet<(Nanos, String, String)>,
     /// The next fencing token to hand out; one global counter so tokens never fall for any
     /// key (gaps between a key's tokens are allowed).
@@ -76,6 +80,27 @@ pub struct ProjectLocks {
     /// [`budget::MAX_LOCK_BYTES_PER_PROJECT`], the same on every node; tests lower it.
     #[serde(skip)]
     byte_quota: Scratch<Option<usize>>,
+}
+
+/// [`ProjectLocks`] as snapshot formats 1–3 laid it out: with the eligibility index, which
+/// is now built again from the leases after decoding. Field order is the encoding: do not
+/// change it.
+#[derive(Debug, Deserialize)]
+pub struct ProjectLocksV3 {
+    leases: OrdMap<String, OrdMap<String, ProjectLease>>,
+    by_eligibility: OrdSet<(Nanos, String, String)>,
+    next_fencing_token: u64,
+}
+
+impl From<ProjectLocksV3> for ProjectLocks {
+    fn from(v3: ProjectLocksV3) -> Self {
+        ProjectLocks {
+            leases: v3.leases,
+            by_eligibility: v3.by_eligibility,
+            next_fencing_token: v3.next_fencing_token,
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for ProjectLocks {
@@ -115,8 +140,9 @@ impl ProjectLocks {
         })
     }
 
-    /// Counts every project's bytes from the state, so later checks cost a lookup (after a
-    /// snapshot was decoded).
+    /// Counts every project's bytes and builds the eligibility index from the leases, so
+    /// later checks cost a lookup and ticks find lapsed leases (after a snapshot was decoded:
+    /// neither is encoded).
     pub fn count_usage(&mut self) {
         let totals = self
             .leases
@@ -124,14 +150,31 @@ impl ProjectLocks {
             .map(|p| (p.clone(), self.count_bytes(p)))
             .collect();
         self.bytes.0 = ProjectTotals::counted(totals);
+        self.by_eligibility = self.eligibility_index();
     }
 
-    /// Whether the kept byte counts equal counts from the state (tests).
+    /// Every lease's (takeover-eligible time, project, key): what `by_eligibility` holds
+    /// when it is exact.
+    fn eligibility_index(&self) -> OrdSet<(Nanos, String, String)> {
+        self.leases
+            .iter()
+            .flat_map(|(project, keys)| {
+                keys.iter()
+                    .map(move |(key, lease)| (lease.eligible_at(), project.clone(), key.clone()))
+            })
+            .collect()
+    }
+
+    /// Whether the kept byte counts and the eligibility index equal what the leases give
+    /// (tests).
     pub fn check_usage(&self) -> std::result::Result<(), String> {
         for project in self.leases.keys().chain(self.bytes.0.kept_projects()) {
             if self.stored_bytes(project) != self.count_bytes(project) {
                 return Err(format!("{project}: project-lock bytes out of step"));
             }
+        }
+        if self.by_eligibility != self.eligibility_index() {
+            return Err("project-lock eligibility index out of step with the leases".into());
         }
         Ok(())
     }

@@ -5,23 +5,31 @@
 //! `fixtures/state-format-2.bin` was written by the release whose hierarchical state still used
 //! `BTreeMap`s; it must still decode (as [`StateMachineV2`]) and convert to the same state.
 //! `fixtures/state-format-3.bin` was written by the first release with semaphores, wait groups
-//! and barriers
+//! and barriers; it must still decode (as [`StateMachineV3`]) and convert to the same state.
+//! `fixtures/state-format-4.bin` was written by the first release that leaves the project-lock
+//! eligibility index out of the encoding
 //! (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
 
 use raftlock_core::command::{HierOp, LockAction};
 use raftlock_core::hierarchy::WaitSpec;
-use raftlock_core::{codec, Command, Limits, Op, StateMachine, StateMachineV2, SECOND};
+use raftlock_core::{
+    codec, Command, Limits, Op, StateMachine, StateMachineV2, StateMachineV3, SECOND,
+};
 
 const T0: i64 = 1_700_000_000 * SECOND;
 const FIXTURE_V2: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-2.bin"
 );
-const FIXTURE: &str = concat!(
+const FIXTURE_V3: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-3.bin"
+);
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/state-format-4.bin"
 );
 
 fn hier(project: &str, op: HierOp) -> Op {
@@ -229,7 +237,7 @@ fn sample_state_with_semaphores() -> StateMachine {
 }
 
 #[test]
-fn the_state_encodes_to_the_bytes_of_the_format_3_release() {
+fn the_state_encodes_to_the_bytes_of_the_format_4_release() {
     let state = sample_state_with_semaphores();
     let bytes = codec::encode(&state).unwrap();
     if std::env::var_os("RAFTLOCK_WRITE_FIXTURE").is_some() {
@@ -238,11 +246,26 @@ fn the_state_encodes_to_the_bytes_of_the_format_3_release() {
     }
     let fixture = std::fs::read(FIXTURE).expect("fixture present");
     assert_eq!(bytes, fixture, "the snapshot encoding changed");
-    let decoded: StateMachine = codec::decode(&fixture).unwrap();
+    let mut decoded: StateMachine = codec::decode(&fixture).unwrap();
+    let not_built = decoded.check_usage().unwrap_err();
+    assert!(not_built.contains("eligibility"), "{not_built}");
+    decoded.count_usage();
     assert_eq!(decoded, state);
-    let mut counted = decoded;
-    counted.count_usage();
-    counted.check_usage().unwrap();
+    decoded.check_usage().unwrap();
+}
+
+#[test]
+fn a_format_3_state_converts_to_the_same_state() {
+    let fixture = std::fs::read(FIXTURE_V3).expect("fixture present");
+    let v3: StateMachineV3 = codec::decode(&fixture).unwrap();
+    let mut converted = StateMachine::from(v3);
+    converted.count_usage();
+    assert_eq!(converted, sample_state_with_semaphores());
+    converted.check_usage().unwrap();
+    assert!(
+        codec::encode(&converted).unwrap().len() < fixture.len(),
+        "format 4 leaves the index out"
+    );
 }
 
 #[test]

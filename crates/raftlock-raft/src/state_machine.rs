@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use raftlock_core::{codec, Limits, Outcome, StateMachine};
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::checked_file;
@@ -154,22 +154,29 @@ fn lower_this_threads_priority() {}
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
 /// snapshot of another layout with a clear error rather than misread it.
-pub const STATE_FORMAT: u32 = 3;
+pub const STATE_FORMAT: u32 = 4;
 
-/// [`SmData`] in format 1 (before the machine remembered request ids); read and converted.
+/// [`SmData`] in an older format whose machine is laid out as `M` (e.g.
+/// [`raftlock_core::StateMachineV3`]); read and converted ([`SmData::from_older`]).
 #[derive(Deserialize)]
-struct SmDataV1 {
+struct OlderSmData<M> {
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
-    machine: raftlock_core::StateMachineV1,
+    machine: M,
 }
 
-/// [`SmData`] in format 2 (before semaphores, wait groups and barriers); read and converted.
-#[derive(Deserialize)]
-struct SmDataV2 {
-    last_applied: Option<LogId>,
-    last_membership: StoredMembership,
-    machine: raftlock_core::StateMachineV2,
+impl SmData {
+    /// Decodes `bytes` (format-prefixed) as an older format whose machine is laid out as `M`.
+    fn from_older<M: DeserializeOwned + Into<StateMachine>>(
+        bytes: &[u8],
+    ) -> Result<SmData, BoxError> {
+        let (_, older): (u32, OlderSmData<M>) = codec::decode(bytes)?;
+        Ok(SmData {
+            last_applied: older.last_applied,
+            last_membership: older.last_membership,
+            machine: older.machine.into(),
+        })
+    }
 }
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -188,32 +195,25 @@ pub(crate) fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
 }
 
 fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
+    use raftlock_core::{StateMachineV1, StateMachineV2, StateMachineV3};
     let format: u32 = codec::decode(bytes)?;
-    if format == 1 {
-        let (_, v1): (u32, SmDataV1) = codec::decode(bytes)?;
-        return Ok(SmData {
-            last_applied: v1.last_applied,
-            last_membership: v1.last_membership,
-            machine: v1.machine.into(),
-        });
-    }
-    if format == 2 {
-        let (_, v2): (u32, SmDataV2) = codec::decode(bytes)?;
-        return Ok(SmData {
-            last_applied: v2.last_applied,
-            last_membership: v2.last_membership,
-            machine: v2.machine.into(),
-        });
-    }
-    if format != STATE_FORMAT {
-        return Err(format!(
+    match format {
+        // Before the machine remembered request ids.
+        1 => SmData::from_older::<StateMachineV1>(bytes),
+        // Before semaphores, wait groups and barriers.
+        2 => SmData::from_older::<StateMachineV2>(bytes),
+        // With the project-lock eligibility index encoded.
+        3 => SmData::from_older::<StateMachineV3>(bytes),
+        STATE_FORMAT => {
+            let (_, state): (u32, SmData) = codec::decode(bytes)?;
+            Ok(state)
+        }
+        _ => Err(format!(
             "snapshot has state format {format}, this binary reads format {STATE_FORMAT}; \
              upgrade every node to a release that can convert it"
         )
-        .into());
+        .into()),
     }
-    let (_, state): (u32, SmData) = codec::decode(bytes)?;
-    Ok(state)
 }
 
 impl Shared {
@@ -450,9 +450,12 @@ mod format_tests {
         assert!(err.contains("state format"), "{err}");
     }
 
-    /// A state with one project, encoded in format 3 minus the `trailing` bytes an older
-    /// format did not have (all of them encode empty tables: one zero byte each).
+    /// A state with one project and no project locks laid out as `format`: format 3 also
+    /// held the (empty) eligibility index, one zero byte before the fencing-token counter;
+    /// formats 1 and 2 also lack the `trailing` bytes later formats added at the end (all of
+    /// them encode empty tables: one zero byte each).
     fn older_format(format: u32, trailing: usize) -> (SmData, Vec<u8>) {
+        use raftlock_core::project_locks::FIRST_FENCING_TOKEN;
         use raftlock_core::{Command, Op};
         let mut state = SmData::default();
         state.machine.apply(&Command {
@@ -460,10 +463,25 @@ mod format_tests {
             ops: vec![Op::CreateProject { name: "p".into() }],
         });
         let mut bytes = codec::encode(&(format, &state)).unwrap();
+        let counter = codec::encode(&FIRST_FENCING_TOKEN).unwrap();
+        let found: Vec<usize> = (0..bytes.len())
+            .filter(|at| bytes[*at..].starts_with(&counter))
+            .collect();
+        let [at] = found[..] else {
+            panic!("the counter is encoded once, not at {found:?}")
+        };
+        assert_eq!(bytes[at - 1], 0, "no leases: an empty map");
+        bytes.insert(at, 0);
         for _ in 0..trailing {
             assert_eq!(bytes.pop(), Some(0));
         }
         (state, bytes)
+    }
+
+    #[test]
+    fn a_format_3_snapshot_is_read_and_converted() {
+        let (state, v3) = older_format(3, 0);
+        assert_eq!(decode_state(&v3).unwrap().machine, state.machine);
     }
 
     #[test]
