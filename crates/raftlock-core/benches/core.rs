@@ -312,7 +312,7 @@ fn bench_snapshot(c: &mut Criterion) {
         &mut sm,
         T0,
         (0..HELD).map(|i| {
-            // A splitmix64-style spread: tokens as wide as UUIDs, reproducible.
+            // An odd 128-bit multiplier spreads the ids: tokens as wide as UUIDs, reproducible.
             let spread = (i as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
             project_lock(
                 format!("job-{i:07}"),

@@ -211,8 +211,7 @@ impl StateMachine {
     }
 
     /// Counts what each project stores from the state, so byte-budget checks cost a lookup
-    /// again, and builds the project-lock eligibility index; call it on a machine that was
-    /// decoded (neither is encoded).
+    /// again; call it on a machine that was decoded (the counts are not encoded).
     pub fn count_usage(&mut self) {
         self.project_locks.count_usage();
         self.hierarchy.count_usage();

@@ -246,11 +246,10 @@ fn the_state_encodes_to_the_bytes_of_the_format_4_release() {
     }
     let fixture = std::fs::read(FIXTURE).expect("fixture present");
     assert_eq!(bytes, fixture, "the snapshot encoding changed");
+    // The eligibility index is not in the bytes; decoding builds it.
     let mut decoded: StateMachine = codec::decode(&fixture).unwrap();
-    let not_built = decoded.check_usage().unwrap_err();
-    assert!(not_built.contains("eligibility"), "{not_built}");
-    decoded.count_usage();
     assert_eq!(decoded, state);
+    decoded.count_usage();
     decoded.check_usage().unwrap();
 }
 
