@@ -12,8 +12,9 @@
 //! * `snapshot/encode_1m_project_locks`: encoding a state of 1,000,000 project locks (random
 //!   128-bit tokens, as clients' UUIDs are) through the CRC32C-summing writer a snapshot file
 //!   is written with, into nothing: a snapshot's CPU without the disk.
-//!   `snapshot/decode_1m_project_locks`: decoding it and building what is not encoded
-//!   (`count_usage`), as a node does on restart or when a snapshot is installed.
+//!   `snapshot/decode_1m_project_locks`: decoding it (which builds the eligibility index,
+//!   not encoded) and counting usage (`count_usage`), as a node does on restart or when a
+//!   snapshot is installed.
 //!
 //! Everything goes through `StateMachine::apply`, as a replica would.
 
