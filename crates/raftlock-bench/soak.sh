@@ -31,6 +31,7 @@
 # later (docs/benchmarks.md, 2026-12-04 evening). SOAK_WORKERS: each node's
 # `--worker-threads` (default CPUs ÷ 3, at least 1 — what `raftlock dev` gives nodes sharing a
 # machine; docs/operations.md); `default` leaves the flag out (one worker per CPU per node).
+# SOAK_NODE_FLAGS: more `raftlock serve` flags for every node (e.g. `--snapshot-logs 50000`).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -76,10 +77,10 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 if [[ $SYSTEM == etcd ]]; then
   start_etcd "$WORK" 2749 2748 soak --auto-compaction-mode periodic --auto-compaction-retention 1m
   EPS=$(endpoints 2749)
-elif [[ $WORKERS == default ]]; then
-  start_raftlock
 else
-  start_raftlock --worker-threads "$WORKERS"
+  read -r -a NODE_FLAGS <<<"${SOAK_NODE_FLAGS:-}"
+  [[ $WORKERS == default ]] || NODE_FLAGS+=(--worker-threads "$WORKERS")
+  start_raftlock "${NODE_FLAGS[@]}"
 fi
 if ((HELD > 0)); then
   log "holding $HELD project locks in the background"
@@ -95,7 +96,7 @@ fi
 PRIORITY=()
 GEN_NICE=${SOAK_GENERATOR_NICE:-0}
 if ((GEN_NICE != 0)) && nice -n "$GEN_NICE" true 2>/dev/null; then PRIORITY=(nice -n "$GEN_NICE"); fi
-log "soak: $RATE jobs/s for $MINUTES min ($SYSTEM; raftlock workers per node: $WORKERS; generator nice $GEN_NICE)"
+log "soak: $RATE jobs/s for $MINUTES min ($SYSTEM; raftlock workers per node: $WORKERS; generator nice $GEN_NICE; node flags: ${SOAK_NODE_FLAGS:-none})"
 "${PRIORITY[@]}" "$BIN/raftlock-bench" --threads 2 soak --endpoints "$EPS" --platform-token "$PLATFORM" \
   --rate "$RATE" --minutes "$MINUTES" --warmup-minutes "$WARMUP" --connections "$CONNECTIONS" \
   --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" --system "$SYSTEM" | tee "$WORK/soak.log"
@@ -109,7 +110,7 @@ LABEL="make soak"
   --title "$LABEL: $RATE jobs/s, $HELD locks held, latency per minute"
 AGAINST=$([[ $SYSTEM == raftlock ]] || echo " against $SYSTEM")
 {
-  echo "_\`make soak\`$AGAINST on $(date -u '+%Y-%m-%d %H:%M UTC'): $RATE jobs/s for $MINUTES min after $WARMUP min of warm-up, $HELD project locks held in the background$([[ $SYSTEM == raftlock ]] && echo ", $WORKERS worker thread(s) per node"), generator at nice $GEN_NICE; latency from each job's scheduled start (open loop)._"
+  echo "_\`make soak\`$AGAINST on $(date -u '+%Y-%m-%d %H:%M UTC'): $RATE jobs/s for $MINUTES min after $WARMUP min of warm-up, $HELD project locks held in the background$([[ $SYSTEM == raftlock ]] && echo ", $WORKERS worker thread(s) per node"), generator at nice $GEN_NICE$([[ -n ${SOAK_NODE_FLAGS:-} ]] && echo ", node flags \`$SOAK_NODE_FLAGS\`"); latency from each job's scheduled start (open loop)._"
   echo
   echo "![latency per minute](soak-$VARIANT.svg)"
   echo
