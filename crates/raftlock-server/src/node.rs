@@ -62,28 +62,6 @@ pub struct Node {
     pub waiters: Arc<raftlock_raft::WaiterBoard>,
 }
 
-/// A runtime on a thread of its own (`raft-core`) for openraft's tasks: the core, the
-/// replication streams and the state-machine worker are spawned on whichever runtime
-/// `Raft::new` runs on, and they run there.
-///
-/// Why: on the node's HTTP runtime those tasks waited in the same run queue as every client
-/// connection, so a batch's commit (leader flush → replicate → commit → apply → answer)
-/// waited behind the very requests the batch carried, and the busier the node, the longer
-/// each batch took. With 1M locks held at half this machine's maximum, minutes with max ≤
-/// 100 ms went from 6 of 15 to 4 of 6 (docs/benchmarks.md, *2026-12-04, evening*).
-///
-/// The thread runs for the rest of the process: a node's Raft lives as long as it does.
-fn raft_runtime() -> std::io::Result<tokio::runtime::Handle> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let handle = runtime.handle().clone();
-    std::thread::Builder::new()
-        .name("raft-core".into())
-        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
-    Ok(handle)
-}
-
 /// An HTTP client for node-to-node requests: kept-alive connections with `TCP_NODELAY`
 /// (heartbeats are small and latency-bound), and mutual TLS when configured.
 fn peer_client(
@@ -158,13 +136,8 @@ impl Node {
         .with_scheme(peer_scheme)
         .with_source(config.node_id)
         .with_identity(identity.clone());
-        let node_id = config.node_id;
-        let raft = raft_runtime()?
-            .spawn(
-                async move { Raft::new(node_id, raft_config, network, log_store, sm_store).await },
-            )
+        let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
             .await
-            .context("starting raft")?
             .context("starting raft")?;
         clock.spawn_tasks(raft.clone(), state.clone(), applied_rx);
         let stamper = {
