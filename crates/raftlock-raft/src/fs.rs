@@ -328,8 +328,29 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
     }
 }
 
-/// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced (the last, shorter piece is
-/// left in `buf` for the caller).
+/// How long a large file's writer rests after each synced piece, as a multiple of the time
+/// the piece took to write and sync ([`pause_after_piece`]): the file then has the disk at
+/// most a quarter of the time, whatever the disk's speed.
+///
+/// Why: every `fdatasync` flushes the device's cache, so the write-ahead log's next sync pays
+/// for whatever the snapshot wrote before it. Written flat out, a 56 MB snapshot of 1M locks
+/// on the leader slowed every log sync for the ~0.5 s it took, the leader's commits fell
+/// below the offered rate, and jobs queued 100–260 ms; in 1M-held soaks every job over
+/// 100 ms but one second's ended within 1.1 s of a node starting a snapshot. With the rests,
+/// an 8-minute run had none (docs/benchmarks.md, *2026-12-04, night*).
+pub const PIECE_PAUSE_FACTOR: u32 = 3;
+/// The longest rest after one piece: a disk that stalls for seconds on one piece is not
+/// waited for three times as long again.
+pub const MAX_PIECE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The rest after a piece that took `took` to write and sync ([`PIECE_PAUSE_FACTOR`]).
+pub fn pause_after_piece(took: std::time::Duration) -> std::time::Duration {
+    (took * PIECE_PAUSE_FACTOR).min(MAX_PIECE_PAUSE)
+}
+
+/// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced and followed by a rest
+/// ([`pause_after_piece`]); the last, shorter piece is left in `buf` for the caller. Runs on
+/// a thread of its own (the snapshot thread), never on a runtime worker: it sleeps.
 struct ChunkedWriter {
     file: Box<dyn DirFile>,
     /// What is not yet appended: less than a chunk between writes.
@@ -341,9 +362,12 @@ impl ChunkedWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         self.file.append(&self.buf)?;
         self.buf.clear();
-        self.file.sync()
+        self.file.sync()?;
+        std::thread::sleep(pause_after_piece(started.elapsed()));
+        Ok(())
     }
 }
 
@@ -383,6 +407,59 @@ mod tests {
         assert_eq!(dir.list().unwrap(), Vec::<String>::new());
         dir.remove_gradually("big", 1 << 20, std::time::Duration::ZERO)
             .unwrap();
+    }
+
+    /// A file whose every sync takes `sync_takes`: a disk slow enough to measure against.
+    struct SlowSync {
+        sync_takes: std::time::Duration,
+        synced: usize,
+    }
+
+    impl DirFile for SlowSync {
+        fn append(&mut self, _buf: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            std::thread::sleep(self.sync_takes);
+            self.synced += 1;
+            Ok(())
+        }
+        fn truncate(&mut self, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn overwrite(&mut self, _offset: u64, _buf: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_large_file_rests_after_each_piece_for_three_times_what_it_took() {
+        let sync_takes = std::time::Duration::from_millis(20);
+        let mut out = ChunkedWriter {
+            file: Box::new(SlowSync {
+                sync_takes,
+                synced: 0,
+            }),
+            buf: Vec::new(),
+        };
+        let pieces = 3;
+        let started = std::time::Instant::now();
+        out.write_all(&vec![1u8; pieces * SYNC_CHUNK_BYTES])
+            .unwrap();
+        let took = started.elapsed();
+        // Each piece: its own 20 ms, then a rest of at least 60 ms. Sleeps never end early,
+        // so this bound holds on any machine; flat out it is 60 ms.
+        let at_least = (sync_takes + pause_after_piece(sync_takes)) * pieces as u32;
+        assert!(took >= at_least, "{took:?} < {at_least:?}");
+        assert_eq!(
+            pause_after_piece(sync_takes),
+            sync_takes * PIECE_PAUSE_FACTOR
+        );
+        assert_eq!(
+            pause_after_piece(std::time::Duration::from_secs(5)),
+            MAX_PIECE_PAUSE,
+            "a stalled disk is not waited for again three times over"
+        );
     }
 
     /// A [`SimDir`](crate::sim_fs::SimDir) that records the directory calls made on it.
