@@ -412,7 +412,6 @@ mod tests {
     /// A file whose every sync takes `sync_takes`: a disk slow enough to measure against.
     struct SlowSync {
         sync_takes: std::time::Duration,
-        synced: usize,
     }
 
     impl DirFile for SlowSync {
@@ -421,7 +420,6 @@ mod tests {
         }
         fn sync(&mut self) -> io::Result<()> {
             std::thread::sleep(self.sync_takes);
-            self.synced += 1;
             Ok(())
         }
         fn truncate(&mut self, _len: u64) -> io::Result<()> {
@@ -436,10 +434,7 @@ mod tests {
     fn a_large_file_rests_after_each_piece_for_three_times_what_it_took() {
         let sync_takes = std::time::Duration::from_millis(20);
         let mut out = ChunkedWriter {
-            file: Box::new(SlowSync {
-                sync_takes,
-                synced: 0,
-            }),
+            file: Box::new(SlowSync { sync_takes }),
             buf: Vec::new(),
         };
         let pieces = 3;
