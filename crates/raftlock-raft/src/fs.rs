@@ -329,8 +329,9 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
 }
 
 /// How long a large file's writer rests after each synced piece, as a multiple of the time
-/// the piece took to write and sync ([`pause_after_piece`]): the file then has the disk at
-/// most a quarter of the time, whatever the disk's speed.
+/// the piece took to write and sync ([`pause_after_piece`]): the file then has the disk a
+/// quarter of the time, whatever the disk's speed (more only while a piece takes over ~67 ms,
+/// past [`MAX_PIECE_PAUSE`]).
 ///
 /// Why: every `fdatasync` flushes the device's cache, so the write-ahead log's next sync pays
 /// for whatever the snapshot wrote before it. Written flat out, a 56 MB snapshot of 1M locks
@@ -349,8 +350,10 @@ pub fn pause_after_piece(took: std::time::Duration) -> std::time::Duration {
 }
 
 /// Appends to a file in [`SYNC_CHUNK_BYTES`] pieces, each synced and followed by a rest
-/// ([`pause_after_piece`]); the last, shorter piece is left in `buf` for the caller. Runs on
-/// a thread of its own (the snapshot thread), never on a runtime worker: it sleeps.
+/// ([`pause_after_piece`]); the last, shorter piece is left in `buf` for the caller. Only a
+/// file over one piece ever rests: snapshots (written on the snapshot thread) and a restored
+/// backup (the offline `raftlock snapshot restore`). The small files written from runtime
+/// tasks through `spawn_blocking` (vote, identity, clock hint) never reach a whole piece.
 struct ChunkedWriter {
     file: Box<dyn DirFile>,
     /// What is not yet appended: less than a chunk between writes.
