@@ -4,7 +4,8 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md (issue 6)
 #   make bench-core  the criterion benches of raftlock-core
-#   make soak        a fixed-rate mixed load for SOAK_MINUTES (30), minute by minute
+#   make soak        a fixed-rate mixed load for SOAK_MINUTES (30) at half this machine's
+#                    maximum (probed first), minute by minute
 #   make openapi     regenerate docs/openapi.json from the code (a test fails when it is stale)
 
 CARGO ?= cargo

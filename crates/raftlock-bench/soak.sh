@@ -8,10 +8,15 @@
 # docs/soak-{small,large}.svg and writes the table into docs/benchmarks.md between that
 # variant's markers.
 #
-# Knobs: SOAK_MINUTES (30), SOAK_RATE jobs/s (4000; a job is 3 project-lock requests or 2
-# hierarchical ones, so ~10,000 requests/s: half of the ~20,000/s this mix sustained on the
-# 2-vCPU machine of docs/benchmarks.md on 12-02; it measured ~17,600/s on 12-03, whose runs
-# used 3500), SOAK_CONNECTIONS (64), SOAK_HELD project locks
+# Knobs: SOAK_MINUTES (30), SOAK_RATE jobs/s (a job is 3 project-lock requests or 2
+# hierarchical ones, alternately: 2.5 requests a job). The default, `half`, is the issue's
+# load, half of this machine's maximum: a 1-minute probe on a cluster of its own (small state,
+# the same workers, flags and niceness) offers SOAK_PROBE_RATE jobs/s (8000), more than a
+# 2-vCPU machine serves (14,900-20,500 requests/s on the machines of docs/benchmarks.md), and
+# the soak then runs at half of the requests/s it served (÷ 2.5, to the nearest 50 jobs/s);
+# a probe that served 97 % of its offer or more was not saturated and is repeated at twice the
+# rate.
+# The probe's own minutes are in $SOAK_DIR/probe. SOAK_CONNECTIONS (64), SOAK_HELD project locks
 # held in the background while it runs (0; 1000000 for large snapshots), SOAK_DIR
 # (target/soak; must be on disk), SOAK_BIN (target/release; built when it is the default),
 # SOAK_TRACE_SLOW=1 (print every job slower than 100 ms with its wall-clock time, to line
@@ -32,13 +37,15 @@
 # `--worker-threads` (default CPUs ÷ 3, at least 1 — what `raftlock dev` gives nodes sharing a
 # machine; docs/operations.md); `default` leaves the flag out (one worker per CPU per node).
 # SOAK_NODE_FLAGS: more `raftlock serve` flags for every node (e.g. `--snapshot-logs 50000`).
+# SOAK_DOCS=0 leaves docs/ alone (a trial run; the table stays in $SOAK_DIR/soak.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 MINUTES=${SOAK_MINUTES:-30}
 WARMUP=${SOAK_WARMUP:-1}
-RATE=${SOAK_RATE:-4000}
+RATE=${SOAK_RATE:-half}
+PROBE_RATE=${SOAK_PROBE_RATE:-8000}
 CONNECTIONS=${SOAK_CONNECTIONS:-64}
 HELD=${SOAK_HELD:-0}
 WORK=${SOAK_DIR:-$ROOT/target/soak}
@@ -71,6 +78,34 @@ if [[ -z ${SOAK_BIN:-} ]]; then
   cargo build --release -p raftlock-server -p raftlock-bench
 fi
 rm -rf "$WORK" && mkdir -p "$WORK"
+# served_per_s PROBE_RATE: runs this script for one minute (after one of warm-up) at PROBE_RATE
+# jobs/s in $WORK/probe, with the docs left alone; prints the requests/s it served.
+served_per_s() {
+  env -u SOAK_TRACE_SLOW SOAK_RATE="$1" SOAK_MINUTES=1 SOAK_WARMUP=1 SOAK_HELD=0 \
+    SOAK_SYSTEM=raftlock SOAK_BIN="$BIN" SOAK_DIR="$WORK/probe" SOAK_DOCS=0 SOAK_TRACE_DISK=0 \
+    "$ROOT/crates/raftlock-bench/soak.sh" >&2
+  grep -oE 'minute +1: +[0-9]+ req/s' "$WORK/probe/soak.log" | grep -oE '[0-9]+ req/s' | grep -oE '[0-9]+'
+}
+RATE_NOTE=
+if [[ $RATE == half ]]; then
+  for try in 1 2 3; do
+    PROBED=$PROBE_RATE
+    log "probing this machine's maximum: $PROBED jobs/s for 1 min"
+    SERVED=$(served_per_s "$PROBED") || true
+    [[ -n $SERVED ]] || { log "the probe reported no minute: see $WORK/probe"; exit 1; }
+    # Saturated when it served under 97 % of the 2.5 requests a job it was offered: an open
+    # loop below capacity serves what it is offered (an 8000 jobs/s probe that served 94 % had
+    # jobs queued 5.4 s for a connection by its end).
+    ((SERVED * 1000 < PROBED * 2425)) && break
+    ((try < 3)) && log "not saturated: $SERVED requests/s of $((PROBED * 5 / 2)) offered"
+    PROBE_RATE=$((PROBED * 2))
+  done
+  # Half the requests/s at 2.5 requests a job is SERVED ÷ 5 jobs/s; to the nearest 50.
+  RATE=$(( (SERVED / 5 + 25) / 50 * 50 ))
+  ((RATE > 0)) || { log "the probe served nothing: see $WORK/probe"; exit 1; }
+  RATE_NOTE=" (half of the $SERVED requests/s a 1-minute probe at $PROBED jobs/s served)"
+  log "the probe served $SERVED requests/s: the soak runs at $RATE jobs/s"
+fi
 # etcd as an operator runs it for locks: defaults (fsync'd WAL, snapshot every 100,000
 # entries), plus the history compaction every deployment sets (here each minute), without
 # which its database grows with every write.
@@ -101,6 +136,10 @@ log "soak: $RATE jobs/s for $MINUTES min ($SYSTEM; raftlock workers per node: $W
   --rate "$RATE" --minutes "$MINUTES" --warmup-minutes "$WARMUP" --connections "$CONNECTIONS" \
   --pids "$(IFS=,; echo "${PIDS[*]}")" --md "$WORK/soak.md" --system "$SYSTEM" | tee "$WORK/soak.log"
 
+if [[ ${SOAK_DOCS:-1} == 0 ]]; then
+  log "docs left alone (SOAK_DOCS=0): the table is in $WORK/soak.md"
+  exit 0
+fi
 # Plot the minutes, then splice table and plot into docs/benchmarks.md between this
 # variant's markers (small state and 1M held are kept side by side; appended the first time).
 VARIANT=$([[ $HELD -gt 0 ]] && echo large || echo small)
@@ -110,7 +149,7 @@ LABEL="make soak"
   --title "$LABEL: $RATE jobs/s, $HELD locks held, latency per minute"
 AGAINST=$([[ $SYSTEM == raftlock ]] || echo " against $SYSTEM")
 {
-  echo "_\`make soak\`$AGAINST on $(date -u '+%Y-%m-%d %H:%M UTC'): $RATE jobs/s for $MINUTES min after $WARMUP min of warm-up, $HELD project locks held in the background$([[ $SYSTEM == raftlock ]] && echo ", $WORKERS worker thread(s) per node"), generator at nice $GEN_NICE$([[ -n ${SOAK_NODE_FLAGS:-} ]] && echo ", node flags \`$SOAK_NODE_FLAGS\`"); latency from each job's scheduled start (open loop)._"
+  echo "_\`make soak\`$AGAINST on $(date -u '+%Y-%m-%d %H:%M UTC'): $RATE jobs/s$RATE_NOTE for $MINUTES min after $WARMUP min of warm-up, $HELD project locks held in the background$([[ $SYSTEM == raftlock ]] && echo ", $WORKERS worker thread(s) per node"), generator at nice $GEN_NICE$([[ -n ${SOAK_NODE_FLAGS:-} ]] && echo ", node flags \`$SOAK_NODE_FLAGS\`"); latency from each job's scheduled start (open loop)._"
   echo
   echo "![latency per minute](soak-$VARIANT.svg)"
   echo

@@ -498,7 +498,8 @@ async fn work(
     let mut lease: Option<(String, Instant)> = None;
     // Read once: the environment is locked and copied on each read, and this loop is the
     // generator's hot path.
-    let trace_slow = std::env::var_os("SOAK_TRACE_SLOW").is_some();
+    // Only `1` turns it on: `SOAK_TRACE_SLOW=0` must not print every job of a saturated probe.
+    let trace_slow = std::env::var("SOAK_TRACE_SLOW").is_ok_and(|v| v == "1");
     loop {
         let Some(job) = jobs.lock().await.recv().await else {
             return;
