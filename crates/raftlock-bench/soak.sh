@@ -84,26 +84,25 @@ served_per_s() {
   env -u SOAK_TRACE_SLOW SOAK_RATE="$1" SOAK_MINUTES=1 SOAK_WARMUP=1 SOAK_HELD=0 \
     SOAK_SYSTEM=raftlock SOAK_BIN="$BIN" SOAK_DIR="$WORK/probe" SOAK_DOCS=0 SOAK_TRACE_DISK=0 \
     "$ROOT/crates/raftlock-bench/soak.sh" >&2
-  grep -oE 'minute +1: +[0-9]+ req/s' "$WORK/probe/soak.log" | grep -oE '[0-9]+ req/s' | grep -oE '[0-9]+'
+  sed -nE 's/.*minute +1: +([0-9]+) req\/s.*/\1/p' "$WORK/probe/soak.log"
 }
 RATE_NOTE=
 if [[ $RATE == half ]]; then
   for try in 1 2 3; do
-    PROBED=$PROBE_RATE
-    log "probing this machine's maximum: $PROBED jobs/s for 1 min"
-    SERVED=$(served_per_s "$PROBED") || true
+    log "probing this machine's maximum: $PROBE_RATE jobs/s for 1 min"
+    SERVED=$(served_per_s "$PROBE_RATE") || true
     [[ -n $SERVED ]] || { log "the probe reported no minute: see $WORK/probe"; exit 1; }
     # Saturated when it served under 97 % of the 2.5 requests a job it was offered: an open
     # loop below capacity serves what it is offered (an 8000 jobs/s probe that served 94 % had
     # jobs queued 5.4 s for a connection by its end).
-    ((SERVED * 1000 < PROBED * 2425)) && break
-    ((try < 3)) && log "not saturated: $SERVED requests/s of $((PROBED * 5 / 2)) offered"
-    PROBE_RATE=$((PROBED * 2))
+    ((SERVED * 1000 < PROBE_RATE * 2425 || try == 3)) && break
+    log "not saturated: $SERVED requests/s of $((PROBE_RATE * 5 / 2)) offered"
+    PROBE_RATE=$((PROBE_RATE * 2))
   done
   # Half the requests/s at 2.5 requests a job is SERVED ÷ 5 jobs/s; to the nearest 50.
   RATE=$(( (SERVED / 5 + 25) / 50 * 50 ))
   ((RATE > 0)) || { log "the probe served nothing: see $WORK/probe"; exit 1; }
-  RATE_NOTE=" (half of the $SERVED requests/s a 1-minute probe at $PROBED jobs/s served)"
+  RATE_NOTE=" (half of the $SERVED requests/s a 1-minute probe at $PROBE_RATE jobs/s served)"
   log "the probe served $SERVED requests/s: the soak runs at $RATE jobs/s"
 fi
 # etcd as an operator runs it for locks: defaults (fsync'd WAL, snapshot every 100,000

@@ -339,13 +339,13 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
 /// below the offered rate, and jobs queued 100–260 ms; in 1M-held soaks every job over
 /// 100 ms but one second's ended within 1.1 s of a node starting a snapshot. With the rests,
 /// an 8-minute run had none (docs/benchmarks.md, *2026-12-04, night*).
-pub const PIECE_PAUSE_FACTOR: u32 = 3;
+const PIECE_PAUSE_FACTOR: u32 = 3;
 /// The longest rest after one piece: a disk that stalls for seconds on one piece is not
 /// waited for three times as long again.
-pub const MAX_PIECE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+const MAX_PIECE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The rest after a piece that took `took` to write and sync ([`PIECE_PAUSE_FACTOR`]).
-pub fn pause_after_piece(took: std::time::Duration) -> std::time::Duration {
+fn pause_after_piece(took: std::time::Duration) -> std::time::Duration {
     (took * PIECE_PAUSE_FACTOR).min(MAX_PIECE_PAUSE)
 }
 
