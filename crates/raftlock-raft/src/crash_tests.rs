@@ -154,6 +154,10 @@ const DECODED_TAIL: usize = 3;
 
 fn reopen(dir: &SimDir) -> (Store, Expected) {
     let dir: Arc<dyn Dir> = Arc::new(dir.clone());
+    // What a node's start does first: a crash inside a replacement may have left a second
+    // name of a live file.
+    crate::store::remove_leftover_temp_files_in_steps(&*dir, 64, std::time::Duration::ZERO)
+        .expect("start-up clean-up");
     let (wal, log) =
         Wal::open(dir.clone(), SEGMENT_BYTES, DECODED_TAIL).expect("reopen after power cut");
     let vote = checked_file::load::<u64>(&*dir, "vote", MAGIC_VOTE).expect("vote is whole");

@@ -44,6 +44,12 @@ pub trait Dir: Send + Sync + 'static {
     fn link(&self, existing: &str, new: &str) -> io::Result<()>;
     /// Removes `name`; a missing file is not an error.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// The size of `name` and how many names it has (hard links), or `None` if it does not
+    /// exist.
+    fn stat(&self, name: &str) -> io::Result<Option<FileStat>>;
+    /// Cuts `name` to `len` bytes (not durable). Every name of the file sees the cut: it is
+    /// the file, not the name, that shrinks.
+    fn set_len(&self, name: &str, len: u64) -> io::Result<()>;
     /// Removes `name` a piece at a time: its tail cut off `step` bytes at a time with `pause`
     /// after each cut, then the rest. For a large file nobody needs any more (a purged WAL
     /// segment, a replaced snapshot). On a file system mounted with `discard`, freeing 64 MiB at once sends the
@@ -51,20 +57,44 @@ pub trait Dir: Send + Sync + 'static {
     /// three nodes of a soak stalled 80–250 ms at each segment removal; docs/benchmarks.md);
     /// freed piece by piece, a sync waits for one small discard at most. Not durable, and not
     /// meant to be: the caller has given the file a temporary name the next start
-    /// deletes. The default removes it at once (test directories have no device).
+    /// deletes.
+    ///
+    /// Only a file's last name frees it piece by piece: cutting a file that has another name
+    /// cuts that name's content too. A crash between [`retire`]'s link and the rename leaves
+    /// `snapshot.old.tmp` as a second name of the live `snapshot`; freeing it by cuts would
+    /// truncate the live snapshot. Such a name is only unlinked.
     fn remove_gradually(
         &self,
         name: &str,
         step: u64,
         pause: std::time::Duration,
     ) -> io::Result<()> {
-        let _ = (step, pause);
+        let Some(stat) = self.stat(name)? else {
+            return Ok(());
+        };
+        if stat.links == 1 {
+            let mut len = stat.len;
+            while len > step {
+                len -= step;
+                self.set_len(name, len)?;
+                std::thread::sleep(pause);
+            }
+        }
         self.remove(name)
     }
     /// Makes every create, rename, link and remove so far durable (`fsync` of the directory).
     fn sync(&self) -> io::Result<()>;
     /// How to name `name` in an error message an operator reads (the full path on disk).
     fn describe(&self, name: &str) -> String;
+}
+
+/// What [`Dir::stat`] tells of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// Its size in bytes.
+    pub len: u64,
+    /// How many names it has: 1 unless hard-linked ([`Dir::link`]).
+    pub links: u64,
 }
 
 /// A file open for writing at its end.
@@ -161,24 +191,23 @@ impl Dir for OsDir {
         }
     }
 
-    fn remove_gradually(
-        &self,
-        name: &str,
-        step: u64,
-        pause: std::time::Duration,
-    ) -> io::Result<()> {
-        let file = match OpenOptions::new().write(true).open(self.path(name)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            opened => opened?,
-        };
-        let mut len = file.metadata()?.len();
-        while len > step {
-            len -= step;
-            file.set_len(len)?;
-            std::thread::sleep(pause);
+    fn stat(&self, name: &str) -> io::Result<Option<FileStat>> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(self.path(name)) {
+            Ok(meta) => Ok(Some(FileStat {
+                len: meta.len(),
+                links: meta.nlink(),
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
-        drop(file);
-        self.remove(name)
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
+        OpenOptions::new()
+            .write(true)
+            .open(self.path(name))?
+            .set_len(len)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -496,6 +525,12 @@ mod tests {
         }
         fn remove(&self, name: &str) -> io::Result<()> {
             self.inner.remove(name)
+        }
+        fn stat(&self, name: &str) -> io::Result<Option<FileStat>> {
+            self.inner.stat(name)
+        }
+        fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
+            self.inner.set_len(name, len)
         }
         fn remove_gradually(
             &self,

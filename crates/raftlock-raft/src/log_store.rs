@@ -555,6 +555,12 @@ mod tests {
         fn read(&self, name: &str) -> std::io::Result<Option<Vec<u8>>> {
             self.inner.read(name)
         }
+        fn stat(&self, name: &str) -> std::io::Result<Option<crate::fs::FileStat>> {
+            self.inner.stat(name)
+        }
+        fn set_len(&self, name: &str, len: u64) -> std::io::Result<()> {
+            self.inner.set_len(name, len)
+        }
         fn create(&self, name: &str) -> std::io::Result<Box<dyn crate::fs::DirFile>> {
             self.inner.create(name)
         }

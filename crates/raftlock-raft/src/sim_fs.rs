@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use crate::fs::{Dir, DirFile};
+use crate::fs::{Dir, DirFile, FileStat};
 
 /// Bytes per simulated page: the unit a torn write keeps or loses.
 const PAGE: usize = 64;
@@ -265,6 +265,28 @@ impl Dir for SimDir {
         if st.names.remove(name).is_some() {
             st.pending.push(DirOp::Unlink(name.to_string()));
         }
+        Ok(())
+    }
+
+    fn stat(&self, name: &str) -> io::Result<Option<FileStat>> {
+        let st = self.lock();
+        Ok(st.names.get(name).map(|ino| FileStat {
+            len: st.inodes[ino].data.len() as u64,
+            links: st.names.values().filter(|other| *other == ino).count() as u64,
+        }))
+    }
+
+    /// Cuts the inode, so every name of it sees the cut (as on a real disk). The cut is not
+    /// durable: a power cut keeps the file's synced length or the cut one.
+    fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
+        let mut st = self.lock();
+        st.spend()?;
+        let ino = *st
+            .names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let inode = st.inodes.get_mut(&ino).expect("a named inode");
+        inode.data.resize(len as usize, 0);
         Ok(())
     }
 

@@ -79,12 +79,25 @@ fn lock_dir(path: &Path) -> Result<File, StoreError> {
     Ok(file)
 }
 
-fn remove_leftover_temp_files(dir: &dyn Dir) -> Result<(), StoreError> {
+/// Removes what interrupted atomic writes left (`*.tmp`). A temporary name that is a second
+/// name of a live file (a crash between [`crate::fs`]'s link and rename) is only unlinked:
+/// [`Dir::remove_gradually`] checks.
+pub(crate) fn remove_leftover_temp_files(dir: &dyn Dir) -> Result<(), StoreError> {
+    remove_leftover_temp_files_in_steps(dir, GRADUAL_STEP_BYTES, GRADUAL_PAUSE)
+}
+
+/// [`remove_leftover_temp_files`] cutting `step` bytes at a time: the crash tests' files are
+/// small, so they cut in small steps to go through the same cuts a large file gets.
+pub(crate) fn remove_leftover_temp_files_in_steps(
+    dir: &dyn Dir,
+    step: u64,
+    pause: std::time::Duration,
+) -> Result<(), StoreError> {
     let names = dir
         .list()
         .map_err(|e| StoreError::io(dir.describe(""), e))?;
     for name in names.iter().filter(|n| n.ends_with(TMP_SUFFIX)) {
-        dir.remove_gradually(name, GRADUAL_STEP_BYTES, GRADUAL_PAUSE)
+        dir.remove_gradually(name, step, pause)
             .map_err(|e| StoreError::io(dir.describe(name), e))?;
     }
     Ok(())
@@ -105,4 +118,50 @@ fn refuse_sled_layout(path: &Path) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{write_atomically, OsDir};
+    use crate::sim_fs::SimDir;
+
+    /// A crash between the link that retires the live file and the rename that replaces it
+    /// leaves `snapshot.old.tmp` as a second name of the live `snapshot`.
+    fn crash_between_link_and_rename(dir: &dyn Dir, live: &[u8]) {
+        write_atomically(dir, "snapshot", &[live]).unwrap();
+        dir.link("snapshot", "snapshot.old.tmp").unwrap();
+        write_atomically(dir, "snapshot.tmp.partial", &[b"half"]).unwrap();
+        dir.rename("snapshot.tmp.partial", "snapshot.tmp").unwrap();
+        dir.sync().unwrap();
+    }
+
+    fn check_cleanup_keeps_the_live_file(dir: &dyn Dir) {
+        let live = vec![7u8; 3 * GRADUAL_STEP_BYTES as usize + 11];
+        crash_between_link_and_rename(dir, &live);
+        remove_leftover_temp_files(dir).unwrap();
+        assert_eq!(dir.list().unwrap(), ["snapshot"]);
+        let kept = dir.read("snapshot").unwrap().unwrap();
+        assert!(
+            kept == live,
+            "the live snapshot was cut to {} bytes",
+            kept.len()
+        );
+    }
+
+    #[test]
+    fn start_up_clean_up_keeps_a_live_file_a_crash_left_a_second_name_of() {
+        let root = tempfile::tempdir().unwrap();
+        check_cleanup_keeps_the_live_file(&OsDir::open(root.path()).unwrap());
+        check_cleanup_keeps_the_live_file(&SimDir::new());
+    }
+
+    #[test]
+    fn a_temporary_file_with_one_name_is_still_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = OsDir::open(root.path()).unwrap();
+        write_atomically(&dir, "wal-7.log.tmp", &[&[1u8; 5000]]).unwrap();
+        remove_leftover_temp_files(&dir).unwrap();
+        assert!(dir.list().unwrap().is_empty());
+    }
 }
