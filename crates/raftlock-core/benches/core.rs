@@ -15,6 +15,10 @@
 //!   `snapshot/decode_1m_project_locks`: decoding it (which builds the eligibility index,
 //!   not encoded) and counting usage (`count_usage`), as a node does on restart or when a
 //!   snapshot is installed.
+//! * `list_filtered/650k_leases`: one `ListLockLeases` page filtered by a `process_id` that
+//!   no lease has, in a namespace of 650,000 leases (what the project's byte budget allows):
+//!   the most a list call holds the state's read lock on the leader. It looks at
+//!   `paging::MAX_SCANNED` entries, not the namespace.
 //!
 //! Everything goes through `StateMachine::apply`, as a replica would.
 
@@ -347,8 +351,43 @@ fn bench_snapshot(c: &mut Criterion) {
     group.finish();
 }
 
+/// Leases the hierarchical byte budget allows in one namespace (512 MiB / ~820 B).
+const BUDGET_LEASES: usize = 650_000;
+
+fn bench_list_filtered(c: &mut Criterion) {
+    let mut sm = StateMachine::default().with_byte_quotas(1 << 40, 1 << 40);
+    let lease = |i: usize| {
+        hier(HierOp::CreateLease {
+            namespace: NS.into(),
+            lease_id: format!("ls_{i:028}"),
+            process_id: format!("worker-{}", i % 1000),
+            ttl_seconds: 300,
+        })
+    };
+    apply_all(
+        &mut sm,
+        T0,
+        std::iter::once(create_namespace(NS)).chain((0..BUDGET_LEASES).map(lease)),
+    );
+    assert_eq!(sm.hierarchy().totals().1, BUDGET_LEASES);
+    let mut group = c.benchmark_group("list_filtered");
+    group.sample_size(20);
+    group.bench_function("650k_leases", |b| {
+        b.iter(|| {
+            let (items, next, _) = sm
+                .hierarchy()
+                .list_leases(P, NS, "nobody", "", 100, T0 + SECOND)
+                .unwrap();
+            assert!(items.is_empty() && !next.is_empty());
+            black_box(next)
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_list_filtered,
     bench_hier_acquire_release,
     bench_project_acquire_release,
     bench_tick_reap,

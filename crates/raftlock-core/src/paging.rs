@@ -54,65 +54,133 @@ fn decode(token: &str) -> Result<Cursor, CoreError> {
     }
 }
 
-/// Returns up to `limit` items of `map` that satisfy `keep`, starting from `token`.
+/// Most entries one list call looks at, matching or not. A filtered list (leases of one
+/// process among ~650k in a namespace, the most the byte budget allows) would otherwise walk
+/// the whole namespace while the caller holds the state lock, and every tenant's writes wait
+/// for it. Past the cap the page ends early — possibly empty — with a token to continue
+/// after the last entry looked at, so a client following tokens still sees every match.
+pub const MAX_SCANNED: usize = 4096;
+
+/// Returns up to `limit` items of `map` that satisfy `keep`, starting from `token`, looking
+/// at no more than [`MAX_SCANNED`] entries.
 pub fn paginate<'a, V: Clone>(
     map: &'a OrdMap<String, V>,
     token: &str,
     limit: usize,
     keep: impl Fn(&V) -> bool,
 ) -> Result<Page<'a, V>, CoreError> {
-    let kept = |&(_, v): &(&'a String, &'a V)| keep(v);
-    let mut items: Vec<_>;
-    let more_after;
-    let more_before;
+    paginate_scanning(map, token, limit, keep, MAX_SCANNED)
+}
+
+/// What one walk in one direction found.
+struct Walk<'a, V> {
+    /// Matching items, in walk order, at most `limit`.
+    items: Vec<(&'a String, &'a V)>,
+    /// The walk stopped with entries left that it did not judge: past another match, or at
+    /// the scan cap.
+    more: bool,
+    /// The last entry looked at when the cap stopped the walk (the cursor goes on from it).
+    stopped_at: Option<&'a String>,
+}
+
+fn walk<'a, V: 'a>(
+    entries: impl Iterator<Item = (&'a String, &'a V)>,
+    limit: usize,
+    keep: &impl Fn(&V) -> bool,
+    max_scan: usize,
+) -> Walk<'a, V> {
+    let mut items = Vec::new();
+    let mut last = None;
+    for (scanned, (k, v)) in entries.enumerate() {
+        if scanned == max_scan {
+            return Walk {
+                items,
+                more: true,
+                stopped_at: last,
+            };
+        }
+        last = Some(k);
+        if keep(v) {
+            if items.len() == limit {
+                return Walk {
+                    items,
+                    more: true,
+                    stopped_at: None,
+                };
+            }
+            items.push((k, v));
+        }
+    }
+    Walk {
+        items,
+        more: false,
+        stopped_at: None,
+    }
+}
+
+/// Whether any entry of `entries` within `max_scan` matches; an unfinished scan counts as
+/// yes (the client then gets a token and, following it, maybe an empty page).
+fn any_within<'a, V: 'a>(
+    mut entries: impl Iterator<Item = (&'a String, &'a V)>,
+    keep: &impl Fn(&V) -> bool,
+    max_scan: usize,
+) -> bool {
+    for _ in 0..max_scan {
+        match entries.next() {
+            Some((_, v)) if keep(v) => return true,
+            Some(_) => {}
+            None => return false,
+        }
+    }
+    entries.next().is_some()
+}
+
+fn paginate_scanning<'a, V: Clone>(
+    map: &'a OrdMap<String, V>,
+    token: &str,
+    limit: usize,
+    keep: impl Fn(&V) -> bool,
+    max_scan: usize,
+) -> Result<Page<'a, V>, CoreError> {
+    let (items, next_from, previous_from);
     match decode(token)? {
-        Cursor::Start | Cursor::After(_) => {
-            let from = match decode(token)? {
+        cursor @ (Cursor::Start | Cursor::After(_)) => {
+            let from = match cursor {
                 Cursor::After(k) => Bound::Excluded(k),
                 _ => Bound::Unbounded,
             };
-            items = map
-                .range((from, Bound::Unbounded))
-                .filter(kept)
-                .take(limit + 1)
-                .collect();
-            more_after = items.len() > limit;
-            items.truncate(limit);
-            more_before = match items.first() {
-                Some((first, _)) => map.range::<_, String>(..*first).rev().any(|e| kept(&e)),
-                None => false,
+            let w = walk(map.range((from, Bound::Unbounded)), limit, &keep, max_scan);
+            next_from = match (w.more, w.stopped_at, w.items.last()) {
+                (true, Some(stop), _) => Some(stop),
+                (true, None, Some((last, _))) => Some(*last),
+                _ => None,
             };
+            previous_from = w.items.first().and_then(|(first, _)| {
+                any_within(map.range::<_, String>(..*first).rev(), &keep, max_scan)
+                    .then_some(*first)
+            });
+            items = w.items;
         }
         Cursor::Before(k) => {
-            items = map
-                .range::<_, String>(..k)
-                .rev()
-                .filter(kept)
-                .take(limit + 1)
-                .collect();
-            more_before = items.len() > limit;
-            items.truncate(limit);
-            items.reverse();
-            more_after = match items.last() {
-                Some((last, _)) => map
-                    .range::<_, String>((Bound::Excluded(*last), Bound::Unbounded))
-                    .any(|e| kept(&e)),
-                None => false,
+            let w = walk(map.range::<_, String>(..k).rev(), limit, &keep, max_scan);
+            previous_from = match (w.more, w.stopped_at, w.items.last()) {
+                (true, Some(stop), _) => Some(stop),
+                (true, None, Some((first, _))) => Some(*first),
+                _ => None,
             };
+            let mut walked = w.items;
+            walked.reverse();
+            next_from = walked.last().and_then(|(last, _)| {
+                let after = map.range::<_, String>((Bound::Excluded(*last), Bound::Unbounded));
+                any_within(after, &keep, max_scan).then_some(*last)
+            });
+            items = walked;
         }
     }
-    let next_token = match items.last() {
-        Some((k, _)) if more_after => encode('a', k),
-        _ => String::new(),
-    };
-    let previous_token = match items.first() {
-        Some((k, _)) if more_before => encode('b', k),
-        _ => String::new(),
-    };
     Ok(Page {
         items,
-        next_token,
-        previous_token,
+        next_token: next_from.map_or_else(String::new, |k| encode('a', k)),
+        previous_token: previous_from.map_or_else(String::new, |k| encode('b', k)),
     })
 }
 
@@ -154,6 +222,44 @@ mod tests {
         let p = paginate(&m, &p.next_token, 3, |v| v % 2 == 0).unwrap();
         assert_eq!(keys(&p), ["k006", "k008"]);
         assert!(p.next_token.is_empty());
+    }
+
+    #[test]
+    fn a_capped_scan_ends_the_page_early_and_tokens_still_reach_every_match() {
+        let m = map(100);
+        let only = |v: &usize| *v == 3 || *v == 57 || *v == 58 || *v == 99;
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        let mut pages = 0;
+        loop {
+            let p = paginate_scanning(&m, &token, 2, only, 10).unwrap();
+            seen.extend(keys(&p));
+            pages += 1;
+            if p.next_token.is_empty() {
+                break;
+            }
+            token = p.next_token;
+        }
+        assert_eq!(seen, ["k003", "k057", "k058", "k099"]);
+        assert!(pages >= 10, "each page looked at 10 entries at most: {pages}");
+        // An empty page still carries the way on.
+        let p = paginate_scanning(&m, "", 2, |v| *v == 99, 10).unwrap();
+        assert!(p.items.is_empty() && !p.next_token.is_empty());
+        // Backwards too.
+        let end = encode('b', "k100");
+        let mut back = Vec::new();
+        let mut token = end;
+        loop {
+            let p = paginate_scanning(&m, &token, 2, only, 10).unwrap();
+            let mut ks = keys(&p);
+            ks.reverse();
+            back.extend(ks);
+            if p.previous_token.is_empty() {
+                break;
+            }
+            token = p.previous_token;
+        }
+        assert_eq!(back, ["k099", "k058", "k057", "k003"]);
     }
 
     #[test]
