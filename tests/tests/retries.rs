@@ -139,3 +139,93 @@ async fn a_release_retried_with_its_request_id_answers_as_it_did() -> anyhow::Re
     assert_eq!(read.body["held"], true, "{read:?}");
     Ok(())
 }
+
+/// Runs `call` (through the follower, no request id of the client's) while every answer the
+/// leader gives the follower is lost, so the follower keeps resending it until its deadline.
+/// As soon as the first answer is lost, `meanwhile` runs at the leader. Returns the call's
+/// answer after checking that a resend reached the leader after `meanwhile` took effect.
+async fn resent_around<C, CF, M, MF>(s: &Setup, call: C, meanwhile: M) -> anyhow::Result<Answer>
+where
+    C: FnOnce() -> CF,
+    CF: std::future::Future<Output = anyhow::Result<Answer>> + Send + 'static,
+    M: FnOnce() -> MF,
+    MF: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use std::sync::atomic::Ordering::Relaxed;
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
+    let lost = || proxy.stats().answers_lost.load(Relaxed);
+    let before = lost();
+    let pending = tokio::spawn(call());
+    raftlock_tests::eventually(Duration::from_secs(5), "a lost answer", || async {
+        (lost() > before).then_some(())
+    })
+    .await?;
+    meanwhile().await?;
+    let after_meanwhile = lost();
+    let answer = pending.await??;
+    proxy.heal();
+    assert!(
+        lost() > after_meanwhile,
+        "no resend reached the leader after the interleaved call: the test proves nothing"
+    );
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn a_force_release_resent_by_the_follower_does_not_release_the_next_holder(
+) -> anyhow::Result<()> {
+    let s = setup().await?;
+    let at_leader = s.api.on(&s.cluster, s.leader);
+    let (a, b) = (token(), token());
+    assert_eq!(at_leader.acquire("job", &a, 60).await?.status, 200);
+    let api = s.api.clone();
+    let answer = resent_around(
+        &s,
+        move || async move { api.force_release("job").await },
+        || async {
+            // The first force release took effect: the next holder takes the key.
+            let took = at_leader.acquire("job", &b, 60).await?;
+            assert_eq!(took.status, 200, "{took:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    assert_eq!(answer.status, 503, "every answer was lost: {answer:?}");
+    // The resends were answered with the first outcome, not applied again: B still holds.
+    let read = at_leader.read("job").await?;
+    assert_eq!(
+        read.body["held"], true,
+        "a resent force release freed B's lock: {read:?}"
+    );
+    assert_eq!(at_leader.renew("job", &b, 60).await?.status, 200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acquire_resent_by_the_follower_does_not_take_a_freed_lock_again() -> anyhow::Result<()>
+{
+    let s = setup().await?;
+    let at_leader = s.api.on(&s.cluster, s.leader);
+    let a = token();
+    let api = s.api.clone();
+    let a2 = a.clone();
+    let answer = resent_around(
+        &s,
+        move || async move { api.acquire("job", &a2, 60).await },
+        || async {
+            // The first acquire took effect; the lock is freed before the resend.
+            let freed = at_leader.force_release("job").await?;
+            assert_eq!(freed.status, 204, "{freed:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    assert_eq!(answer.status, 503, "every answer was lost: {answer:?}");
+    let read = at_leader.read("job").await?;
+    assert_eq!(
+        read.body["held"], false,
+        "a resent acquire took the lock again: {read:?}"
+    );
+    Ok(())
+}

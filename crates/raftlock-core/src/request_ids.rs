@@ -11,6 +11,14 @@
 //! repeat the same way, also after a leader change. It is bounded per project: ids older than
 //! [`REMEMBER_FOR`] of state-machine time are forgotten, and at most [`MAX_PER_PROJECT`] are
 //! kept (the oldest go first). Both bounds are deterministic functions of the log.
+//!
+//! Ids a node minted ([`node_minted`]) for a write that came without one are kept apart: a
+//! node sends such a write again only within the call's own deadline (after a lost answer,
+//! or after openraft answered `ForwardToLeader` for an entry that a later leader may still
+//! commit), so they are remembered for [`NODE_MINTED_REMEMBER_FOR`], in a table of their own
+//! per project with the same caps. A flood of writes without ids thus never pushes a
+//! client's own ids out early. Which table an id belongs to follows from the id itself, so
+//! the choice is as deterministic as the log.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -27,6 +35,51 @@ pub const MAX_PER_PROJECT: usize = 10_000;
 /// And at most this many bytes of remembered outcomes per project (a namespace's answer
 /// carries its metadata, up to ~13 KB), so one tenant's retries cannot grow the state unbounded.
 pub const MAX_BYTES_PER_PROJECT: usize = 4 << 20;
+
+/// How long (state-machine time) an id a node minted is remembered: longer than any call's
+/// deadline (the commit timeout plus the longest wait), within which alone it is resent.
+pub const NODE_MINTED_REMEMBER_FOR: Nanos = 360 * SECOND;
+
+/// The top 32 bits of every id a node mints: `rlnd`. With the UUID version nibble set to 8
+/// (custom), a node-minted id is a valid UUID that a client's random (version 4) id never is.
+const NODE_MINTED_TAG: u128 = 0x726c_6e64 << 96;
+const TAG_MASK: u128 = 0xffff_ffff << 96;
+/// The UUID version nibble (bits 76..80) and variant bits (126..128 counted from the top).
+const VERSION_MASK: u128 = 0xf << 76;
+const VERSION_8: u128 = 0x8 << 76;
+const VARIANT_MASK: u128 = 0b11 << 62;
+const VARIANT_RFC: u128 = 0b10 << 62;
+
+/// The request id a node gives a write that came without one, from 128 random bits: the
+/// same random bits give the same id.
+pub fn node_minted(random: u128) -> u128 {
+    let payload = random & !(TAG_MASK | VERSION_MASK | VARIANT_MASK);
+    payload | NODE_MINTED_TAG | VERSION_8 | VARIANT_RFC
+}
+
+/// Whether `id` was minted by a node ([`node_minted`]) rather than sent by a client.
+pub fn is_node_minted(id: u128) -> bool {
+    id & (TAG_MASK | VERSION_MASK | VARIANT_MASK) == NODE_MINTED_TAG | VERSION_8 | VARIANT_RFC
+}
+
+/// How long `id` is remembered.
+fn window(id: u128) -> Nanos {
+    if is_node_minted(id) {
+        NODE_MINTED_REMEMBER_FOR
+    } else {
+        REMEMBER_FOR
+    }
+}
+
+/// The table `id` of `project` lives in: the project's own, or (for a node-minted id) the
+/// project's table of minted ids. A project name is a simple name, never holding `/`.
+fn table_key(project: &str, id: u128) -> std::borrow::Cow<'_, str> {
+    if is_node_minted(id) {
+        format!("{project}/node-minted").into()
+    } else {
+        project.into()
+    }
+}
 
 /// A remembered first application.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,11 +107,11 @@ struct ProjectIds {
 }
 
 impl ProjectIds {
-    /// Drops ids older than the window at `t`, then the oldest until at most `keep` ids and
+    /// Drops ids older than their window at `t`, then the oldest until at most `keep` ids and
     /// `keep_bytes` bytes remain.
     fn forget(&mut self, t: Nanos, keep: usize, keep_bytes: usize) {
         while let Some(id) = self.order.front() {
-            let stale = self.by_id.get(id).is_none_or(|r| r.at + REMEMBER_FOR <= t);
+            let stale = self.by_id.get(id).is_none_or(|r| r.at + window(*id) <= t);
             if !stale && self.order.len() <= keep && self.bytes <= keep_bytes {
                 break;
             }
@@ -98,9 +151,9 @@ impl RequestIds {
     ) -> Result<Seen, CoreError> {
         let live = self
             .projects
-            .get(project)
+            .get(table_key(project, id).as_ref())
             .and_then(|p| p.by_id.get(&id))
-            .filter(|r| r.at + REMEMBER_FOR > t);
+            .filter(|r| r.at + window(id) > t);
         match live {
             None => Ok(Seen::New),
             Some(r) if r.fingerprint == fingerprint => Ok(Seen::Repeat(r.outcome.clone())),
@@ -126,7 +179,10 @@ impl RequestIds {
         }
         // Encoded size plus the id and the bookkeeping around it.
         let bytes = crate::codec::encode(outcome).map_or(0, |b| b.len()) + 64;
-        let ids = self.projects.entry(project.to_string()).or_default();
+        let ids = self
+            .projects
+            .entry(table_key(project, id).into_owned())
+            .or_default();
         ids.forget(
             t,
             MAX_PER_PROJECT - 1,
@@ -178,6 +234,42 @@ mod tests {
         );
         assert_eq!(ids.check(P, 1, 7, REMEMBER_FOR).unwrap(), Seen::New);
         assert_eq!(ids.check("other", 1, 7, 0).unwrap(), Seen::New);
+    }
+
+    #[test]
+    fn node_minted_ids_are_told_apart_and_kept_apart() {
+        let minted = node_minted(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+        assert!(is_node_minted(minted));
+        assert!(is_node_minted(node_minted(0)) && is_node_minted(node_minted(u128::MAX)));
+        let client = 0x4f83efc2_8fe7_42e8_8347_43493dc5bd8f_u128; // a version-4 UUID
+        assert!(!is_node_minted(client));
+        assert_eq!(
+            uuid_version(minted),
+            8,
+            "a minted id is a valid version-8 UUID"
+        );
+
+        let mut ids = RequestIds::default();
+        ids.remember(P, minted, 7, &done(), 0);
+        assert!(matches!(
+            ids.check(P, minted, 7, NODE_MINTED_REMEMBER_FOR - 1),
+            Ok(Seen::Repeat(_))
+        ));
+        assert_eq!(
+            ids.check(P, minted, 7, NODE_MINTED_REMEMBER_FOR).unwrap(),
+            Seen::New
+        );
+        // A flood of minted ids never pushes a client's own id out.
+        ids.remember(P, client, 7, &done(), 0);
+        for n in 0..MAX_PER_PROJECT as u128 + 10 {
+            ids.remember(P, node_minted(n), 0, &done(), 1);
+        }
+        assert!(matches!(ids.check(P, client, 7, 2), Ok(Seen::Repeat(_))));
+        assert_eq!(ids.len(), MAX_PER_PROJECT + 1);
+    }
+
+    fn uuid_version(id: u128) -> u128 {
+        (id >> 76) & 0xf
     }
 
     #[test]

@@ -17,5 +17,8 @@ pub const WAIT_LEFT_HEADER: &str = "x-raftlock-wait-left-ns";
 pub const NOT_PROPOSED_HEADER: &str = "x-raftlock-not-proposed";
 /// On a forwarded request: the request id the client itself sent (absent when it sent none).
 pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
+/// On a forwarded request: the id the first node minted for the call, under which every write
+/// the client's own id does not cover is proposed (`http::idempotency`).
+pub const NODE_REQUEST_ID_HEADER: &str = "x-raftlock-node-request-id";
 /// Node-to-node authentication and identity, defined with the Raft network.
 pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};

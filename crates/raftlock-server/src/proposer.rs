@@ -37,9 +37,12 @@ type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
 fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -> Unavailable {
     use openraft::error::{ClientWriteError, RaftError};
     match e {
-        // Refused before it was appended: safe to send to the new leader.
+        // Not "never proposed": openraft 0.9 answers ForwardToLeader both for a write refused
+        // before it was appended and for an entry it appended and then truncated — which a
+        // later leader may still commit (Raft's figure 8). So it is resent only under the
+        // call's request id (every lock write has one, `http::idempotency`).
         RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
-            Unavailable::not_proposed("the leader changed; retry")
+            Unavailable::new("the leader changed; retry")
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => {
             Unavailable::new("a membership change is in progress; retry")

@@ -4,32 +4,61 @@
 //! ([`raftlock_core::request_ids`]). It also makes the call safe for a follower to repeat at a
 //! new leader when its first attempt's fate is unknown ([`super::forward`]).
 //!
-//! Only an id the client sent counts: the id the server makes up for a request without one is
-//! new on every retry. [`note`] runs before that id is made; between nodes the client's id
-//! travels in [`FORWARDED_REQUEST_ID_HEADER`].
+//! A write that comes without an id gets one minted by the node that received it
+//! ([`raftlock_core::request_ids::node_minted`]), proposed the same way. A client's retry of
+//! such a write is a new call (the client never saw the id), but the node's own resends are
+//! not: a follower resends a call whose answer was lost, and any node resends a call that
+//! openraft answered `ForwardToLeader` — which openraft 0.9 also answers for an entry it
+//! truncated, an entry a later leader may still commit (Raft's figure-8 case). Under one id a
+//! second apply is answered with the first outcome, so neither can take effect twice (a
+//! force release resent after a waiting client took the key would release that client's
+//! lock).
+//!
+//! [`note`] runs before the server makes up the `X-Volcano-Request-Id` it echoes (which is
+//! new on every retry and never used here); between nodes the call's id travels in
+//! [`FORWARDED_REQUEST_ID_HEADER`].
 
 use std::convert::Infallible;
 
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::Method;
+use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use raftlock_core::Op;
+use raftlock_core::{request_ids, Op};
 
 use super::forward::HOPS_HEADER;
 use super::REQUEST_ID_HEADER;
 
-pub use crate::headers::FORWARDED_REQUEST_ID_HEADER;
+pub use crate::headers::{FORWARDED_REQUEST_ID_HEADER, NODE_REQUEST_ID_HEADER};
 
-/// The request id the client sent, when it is a UUID.
+/// The request ids of a call: the client's own (a UUID it sent, reused on its retries), and
+/// the one the node that received the call minted for it (every lock write has one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientRequestId(pub Option<u128>);
+pub struct ClientRequestId {
+    /// The client's `X-Volcano-Request-Id`, when it is a UUID.
+    pub client: Option<u128>,
+    /// Minted by the node the client called ([`request_ids::node_minted`]); sent along on
+    /// every forward, so every attempt of the call proposes under the same id.
+    pub minted: Option<u128>,
+}
 
 impl ClientRequestId {
-    /// `op` as proposed: wrapped in [`Op::Once`] when the client sent an id.
+    /// `op` proposed once per call: under the client's id when it sent one, else under the
+    /// minted one. For the writes whose repeat could answer differently (releases, creates…).
     pub fn wrap(self, op: Op) -> Op {
-        match self.0 {
+        self.wrap_if(true, op)
+    }
+
+    /// `op` proposed once per call: under the client's id when `client_id_covers` this write
+    /// (see [`remembers`]) and it sent one, else under the minted id. A minted id is never
+    /// reused for another call, so it covers every write, acquire and renew included.
+    pub fn wrap_if(self, client_id_covers: bool, op: Op) -> Op {
+        let id = match self.client {
+            Some(id) if client_id_covers => Some(id),
+            _ => self.minted,
+        };
+        match id {
             Some(request_id) => Op::Once {
                 request_id,
                 op: Box::new(op),
@@ -37,25 +66,50 @@ impl ClientRequestId {
             None => op,
         }
     }
+
+    /// Whether a resend of `method path` is answered with the first outcome: a minted id
+    /// covers every lock write, a client's id the ones the leader remembers it for.
+    pub fn covers(self, method: &Method, path: &str) -> bool {
+        self.minted.is_some() || (self.client.is_some() && remembers(method, path))
+    }
 }
 
-/// Middleware (outermost, before the server makes up ids): records the client's own id.
+/// Middleware (outermost, before the server makes up the id it echoes): records the client's
+/// own id, and mints one for a lock write (or takes the one the forwarding peer minted).
 pub async fn note(mut req: Request, next: Next) -> Response {
-    // A peer's forward carries the client's id in its own header (the request id header it
-    // relays may have been made up by that peer); the peer's secret is checked later.
-    let from = if req.headers().contains_key(HOPS_HEADER) {
-        FORWARDED_REQUEST_ID_HEADER
-    } else {
-        REQUEST_ID_HEADER
-    };
-    let id = req
-        .headers()
-        .get(from)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| uuid::Uuid::try_parse(v.trim()).ok())
-        .map(|u| u.as_u128());
-    req.extensions_mut().insert(ClientRequestId(id));
+    let ids = ids_of(req.method(), req.uri().path(), req.headers());
+    req.extensions_mut().insert(ids);
     next.run(req).await
+}
+
+fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
+    let uuid_of = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| uuid::Uuid::try_parse(v.trim()).ok())
+            .map(|u| u.as_u128())
+    };
+    // A peer's forward carries the call's ids in headers of its own (the request id header it
+    // relays may have been made up by that peer); the peer's secret is checked later.
+    if headers.contains_key(HOPS_HEADER) {
+        ClientRequestId {
+            client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
+            minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
+        }
+    } else {
+        ClientRequestId {
+            client: uuid_of(REQUEST_ID_HEADER),
+            minted: mints(method, path)
+                .then(|| request_ids::node_minted(uuid::Uuid::new_v4().as_u128())),
+        }
+    }
+}
+
+/// Whether a call gets a node-minted id: every write of the lock APIs (reads come as POSTs
+/// too; they propose nothing, so the id is never used).
+pub fn mints(method: &Method, path: &str) -> bool {
+    method != Method::GET && (path.starts_with("/locks/") || path.starts_with("/v1beta/"))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientRequestId {
@@ -102,6 +156,27 @@ pub fn remembers(method: &Method, path: &str) -> bool {
     }
 }
 
+/// `op` (a hierarchical write of `project`) as proposed: once per call (see
+/// [`ClientRequestId::wrap_if`]), except a blocking acquire, whose waiter id already makes a
+/// resend the same wait, and a cancelled wait.
+pub fn wrap_hier(ids: ClientRequestId, project: String, op: raftlock_core::command::HierOp) -> Op {
+    use raftlock_core::command::HierOp;
+    let waits = matches!(
+        op,
+        HierOp::AcquireLock { .. }
+            | HierOp::CancelWait { .. }
+            | HierOp::AcquireSemaphore { .. }
+            | HierOp::CancelSemaphoreWait { .. }
+    );
+    let client_id_covers = remembers_hier(&op);
+    let op = Op::Hier { project, op };
+    if waits {
+        op
+    } else {
+        ids.wrap_if(client_id_covers, op)
+    }
+}
+
 /// Whether `op` (a hierarchical write) is proposed under the client's id; see [`remembers`].
 pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
     use raftlock_core::command::HierOp;
@@ -134,5 +209,56 @@ mod tests {
         assert!(!remembers(&Method::POST, "/v1beta/AcquireLock"));
         assert!(!remembers(&Method::POST, "/v1beta/GetLock"));
         assert!(!remembers(&Method::POST, "/admin/v1/projects"));
+    }
+
+    #[test]
+    fn lock_writes_get_a_minted_id_and_admin_calls_do_not() {
+        assert!(mints(&Method::DELETE, "/locks/a"));
+        assert!(mints(&Method::POST, "/locks/a/lease"));
+        assert!(mints(&Method::POST, "/v1beta/ReleaseLock"));
+        assert!(!mints(&Method::GET, "/locks/a"));
+        assert!(!mints(&Method::POST, "/admin/v1/projects"));
+    }
+
+    #[test]
+    fn a_write_is_proposed_under_the_client_id_it_covers_else_the_minted_one() {
+        let minted = request_ids::node_minted(42);
+        let client = uuid::Uuid::new_v4().as_u128();
+        let op = || Op::CreateProject { name: "p".into() };
+        let under = |op: Op| match op {
+            Op::Once { request_id, .. } => Some(request_id),
+            _ => None,
+        };
+        let both = ClientRequestId {
+            client: Some(client),
+            minted: Some(minted),
+        };
+        assert_eq!(under(both.wrap(op())), Some(client));
+        assert_eq!(under(both.wrap_if(false, op())), Some(minted));
+        let none = ClientRequestId::default();
+        assert_eq!(under(none.wrap(op())), None);
+        assert!(both.covers(&Method::POST, "/locks/a/lease"));
+        let client_only = ClientRequestId {
+            client: Some(client),
+            minted: None,
+        };
+        assert!(!client_only.covers(&Method::POST, "/locks/a/lease"));
+        assert!(client_only.covers(&Method::DELETE, "/locks/a"));
+
+        use raftlock_core::command::HierOp;
+        let wait = HierOp::CancelWait {
+            namespace: "n".into(),
+            lock_name: "l".into(),
+            lease_id: "x".into(),
+            exclusive: true,
+            waiter_id: "w".into(),
+        };
+        assert_eq!(under(wrap_hier(both, "p".into(), wait)), None);
+        let release = HierOp::ReleaseLock {
+            namespace: "n".into(),
+            lock_name: "l".into(),
+            lease_id: "x".into(),
+        };
+        assert_eq!(under(wrap_hier(both, "p".into(), release)), Some(client));
     }
 }

@@ -141,6 +141,7 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
 async fn lease_call(
     node: SharedNode,
     key: String,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
     make: fn(u128, u64) -> LockAction,
@@ -150,29 +151,29 @@ async fn lease_call(
     let token = lock_token(&headers)?;
     let TtlRequest { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
-    // Not under the request id: acquire and renew are already safe to repeat (the token
-    // names the lease), and a client that reused one id across renewals would otherwise get
-    // the first renewal's answer back and its lease would silently not be extended.
-    let reply = decide(
-        &node,
-        Op::ProjectLock {
-            project,
-            key,
-            action: make(token, ttl_seconds),
-        },
-    )
-    .await?;
+    // Not under the client's request id: acquire and renew are already safe for a client
+    // to repeat (the token names the lease), and a client that reused one id across renewals
+    // would otherwise get the first renewal's answer back and its lease would silently not
+    // be extended. Under an id this node minted (never reused) they are: a resend after a
+    // lost answer must not acquire again a lock that was released or expired meanwhile.
+    let op = Op::ProjectLock {
+        project,
+        key,
+        action: make(token, ttl_seconds),
+    };
+    let reply = decide(&node, id.wrap_if(false, op)).await?;
     lease_body(reply)
 }
 
 async fn acquire(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
         LockAction::Acquire { token, ttl_seconds }
     })
     .await
@@ -181,11 +182,12 @@ async fn acquire(
 async fn renew(
     State(node): State<SharedNode>,
     key: Result<Path<String>, PathRejection>,
+    id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = key_of(key)?;
-    lease_call(node, key, headers, body, |token, ttl_seconds| {
+    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
         LockAction::Renew { token, ttl_seconds }
     })
     .await

@@ -24,7 +24,7 @@ use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
 };
-use raftlock_core::{validate, CoreError, Op, Reply, StateMachine};
+use raftlock_core::{validate, CoreError, Reply, StateMachine};
 use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -147,7 +147,8 @@ async fn dispatch(
 pub(super) struct Call {
     pub(super) node: SharedNode,
     pub(super) project: String,
-    /// The client's own request id: writes under it are applied once.
+    /// The call's request id (the client's, or one this node minted): writes under it are
+    /// applied once.
     request_id: ClientRequestId,
 }
 
@@ -155,12 +156,7 @@ impl Call {
     pub(super) async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
         // Refused for its shape: answer now, and keep it out of the log.
         op.validate().map_err(core)?;
-        let once = super::idempotency::remembers_hier(&op);
-        let op = Op::Hier {
-            project: self.project.clone(),
-            op,
-        };
-        let op = if once { self.request_id.wrap(op) } else { op };
+        let op = super::idempotency::wrap_hier(self.request_id, self.project.clone(), op);
         ApiError::decide(&self.node, op, D).await
     }
 
