@@ -634,3 +634,85 @@ async fn the_sdk_and_the_cli_drive_a_wait_group_and_a_barrier() -> anyhow::Resul
     assert_eq!(status.code(), Some(75), "generation 2 does not trip");
     Ok(())
 }
+
+/// `timeout_seconds` written as `4` or `4.0` (what Python's `json` writes for a float) is the
+/// same wait on every blocking method through a follower: each answers its timed-out outcome
+/// after ~4 s. A follower that read only integers gave `4.0` the commit timeout alone and
+/// answered 503 "leader unreachable" after 2 s.
+#[tokio::test]
+async fn every_blocking_wait_through_a_follower_reads_a_whole_float_timeout_as_seconds(
+) -> anyhow::Result<()> {
+    let (_c, api) = setup().await?;
+    let lease = |process: &str| {
+        let api = api.clone();
+        let body = json!({ "namespace_name": NS, "process_id": process, "ttl_seconds": 60 });
+        async move {
+            let r = call(&api, "CreateLockLease", body).await?;
+            anyhow::Ok(r["lease"]["lease_id"].as_str().unwrap_or("").to_string())
+        }
+    };
+    let (holder, waiter) = (lease("holder").await?, lease("waiter").await?);
+    let lock = |lease: &str, timeout: Value| json!({ "namespace_name": NS, "lock_name": "jobs/a", "exclusive": true, "lease_id": lease, "timeout_seconds": timeout });
+    call(&api, "AcquireLock", lock(&holder, json!(0))).await?;
+    let sem = json!({ "namespace_name": NS, "semaphore_name": "s", "permits": 1 });
+    call(&api, "CreateSemaphore", sem).await?;
+    let sem_lease = |process: &str| {
+        let api = api.clone();
+        let body = json!({ "namespace_name": NS, "process_id": process, "ttl_seconds": 60 });
+        async move {
+            let r = call(&api, "CreateSemaphoreLease", body).await?;
+            anyhow::Ok(r["lease"]["lease_id"].as_str().unwrap_or("").to_string())
+        }
+    };
+    let (sem_holder, sem_waiter) = (sem_lease("holder").await?, sem_lease("waiter").await?);
+    let acquire_sem = |lease: &str, timeout: Value| json!({ "namespace_name": NS, "semaphore_name": "s", "lease_id": lease, "weight": 1, "timeout_seconds": timeout });
+    call(&api, "AcquireSemaphore", acquire_sem(&sem_holder, json!(0))).await?;
+    wait_group(&api, "wg", 1).await?;
+    barrier(&api, "b", 2).await?;
+
+    for timeout in [json!(4), json!(4.0)] {
+        let waits = [
+            (
+                "AcquireLock",
+                lock(&waiter, timeout.clone()),
+                "ACQUIRE_OUTCOME_TIMED_OUT",
+            ),
+            (
+                "AcquireSemaphore",
+                acquire_sem(&sem_waiter, timeout.clone()),
+                "ACQUIRE_OUTCOME_TIMED_OUT",
+            ),
+            (
+                "WaitForWaitGroup",
+                json!({ "namespace_name": NS, "wait_group_name": "wg", "timeout_seconds": timeout }),
+                "WAIT_GROUP_WAIT_OUTCOME_TIMED_OUT",
+            ),
+            (
+                "WaitAtBarrier",
+                json!({ "namespace_name": NS, "barrier_name": "b", "expected_generation": 1, "timeout_seconds": timeout }),
+                "BARRIER_WAIT_OUTCOME_TIMED_OUT",
+            ),
+        ];
+        let calls = waits.into_iter().map(|(method, body, outcome)| {
+            let api = api.clone();
+            async move {
+                let started = Instant::now();
+                let r = api.rpc(method, body).await?;
+                anyhow::Ok((method, outcome, r, started.elapsed()))
+            }
+        });
+        for answer in futures::future::join_all(calls).await {
+            let (method, outcome, r, took) = answer?;
+            assert_eq!(r.status, 200, "{method} timeout {timeout}: {r:?}");
+            assert_eq!(
+                r.body["outcome"], outcome,
+                "{method} timeout {timeout}: {r:?}"
+            );
+            assert!(
+                took >= Duration::from_secs(3) && took <= Duration::from_secs(5),
+                "{method} timeout {timeout} answered after {took:?}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed};
-use super::idempotency::{self, ClientRequestId, FORWARDED_REQUEST_ID_HEADER};
+use super::idempotency::{ClientRequestId, FORWARDED_REQUEST_ID_HEADER, NODE_REQUEST_ID_HEADER};
 use super::wait::WaitContext;
 use crate::node::SharedNode;
 
@@ -255,7 +255,8 @@ struct Call {
     deadline: Instant,
     /// Safe to send again when an attempt's fate is unknown.
     repeatable: bool,
-    /// The client's own request id, sent along so the leader applies the call once.
+    /// The call's request id (the client's own, or minted here), sent along on every
+    /// attempt so the leader applies the call once.
     request_id: ClientRequestId,
     dialect: Dialect,
 }
@@ -275,10 +276,11 @@ impl Call {
         dialect: Dialect,
     ) -> Call {
         let path = parts.uri.path();
-        let wait_secs = blocking_timeout(path, &body);
+        let wait_secs = blocking_timeout(path, &body, dialect);
         let request_id: ClientRequestId = parts.extensions.get().copied().unwrap_or_default();
-        // A write under the client's id is applied once, so a repeat answers as the first.
-        let once = request_id.0.is_some() && idempotency::remembers(&parts.method, path);
+        // A write under one of the call's ids is applied once, so a repeat answers as the
+        // first.
+        let once = request_id.covers(&parts.method, path);
         Call {
             method: parts.method.clone(),
             path: parts
@@ -308,14 +310,21 @@ const BLOCKING: &[&str] = &[
 ];
 
 /// `timeout_seconds` of a blocking method's body (0 for any other request, or when absent).
-fn blocking_timeout(path: &str, body: &[u8]) -> u64 {
+///
+/// Read by the same decoder the leader's handler uses ([`body::json`]), so `4`, `4.0` and
+/// `4e0` mean the same wait here and there: a follower that read only integers gave a
+/// `4.0` wait the commit timeout alone and answered 503 after 2 s.
+fn blocking_timeout(path: &str, body: &[u8], dialect: Dialect) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Wait {
+        #[serde(default)]
+        timeout_seconds: u64,
+    }
     if !BLOCKING.iter().any(|m| path.ends_with(m)) {
         return 0;
     }
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
-        .unwrap_or(0)
+    body::json::<Wait>(body, dialect)
+        .map_or(0, |w| w.timeout_seconds)
         .min(raftlock_core::validate::MAX_ACQUIRE_TIMEOUT)
 }
 
@@ -363,9 +372,15 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
     if let Some(left) = call.wait.left_header() {
         req = req.header(WAIT_LEFT_HEADER, left);
     }
-    if let Some(id) = call.request_id.0 {
+    if let Some(id) = call.request_id.client {
         req = req.header(
             FORWARDED_REQUEST_ID_HEADER,
+            uuid::Uuid::from_u128(id).to_string(),
+        );
+    }
+    if let Some(id) = call.request_id.minted {
+        req = req.header(
+            NODE_REQUEST_ID_HEADER,
             uuid::Uuid::from_u128(id).to_string(),
         );
     }
@@ -377,7 +392,7 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
         Failed {
             // A refused connection carried nothing; anything later may have.
             sent: !e.is_connect(),
-            error: ApiError::unavailable(d, "leader unreachable"),
+            error: ApiError::unavailable(d, forward_failure(&e)),
         }
     })?;
     let status = resp.status();
@@ -392,7 +407,14 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
         tracing::debug!(error = %e, "leader reply lost");
         Failed {
             sent: true,
-            error: ApiError::unavailable(d, "leader reply lost"),
+            error: ApiError::unavailable(
+                d,
+                if e.is_timeout() {
+                    "the deadline passed before the leader answered"
+                } else {
+                    "leader reply lost"
+                },
+            ),
         }
     })?;
     // A gateway error that is not one of ours came from something on the link (a proxy or
@@ -419,6 +441,17 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
     Ok(reply)
 }
 
+/// What a client is told when a forward got no answer: what happened, not a guess.
+fn forward_failure(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "the deadline passed before the leader answered"
+    } else if e.is_connect() {
+        "leader unreachable"
+    } else {
+        "the connection to the leader broke before it answered"
+    }
+}
+
 /// Node-to-node headers a client may not smuggle through a forward.
 fn is_internal(name: &str) -> bool {
     name == HOPS_HEADER
@@ -429,6 +462,7 @@ fn is_internal(name: &str) -> bool {
         || name == "x-raftlock-deadline"
         || name == NOT_PROPOSED_HEADER
         || name == FORWARDED_REQUEST_ID_HEADER
+        || name == NODE_REQUEST_ID_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER
@@ -437,6 +471,36 @@ fn is_internal(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_written_as_a_whole_float_is_the_same_wait() {
+        let d = Dialect::Rpc;
+        for body in [
+            &br#"{"timeout_seconds":4}"#[..],
+            br#"{"timeout_seconds":4.0}"#,
+            br#"{"timeout_seconds":4e0}"#,
+            br#"{"namespace_name":"n","timeout_seconds":4.0,"exclusive":true}"#,
+        ] {
+            for method in BLOCKING {
+                let path = format!("/v1beta{method}");
+                assert_eq!(
+                    blocking_timeout(&path, body, d),
+                    4,
+                    "{path} {}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        assert_eq!(blocking_timeout("/v1beta/AcquireLock", b"{}", d), 0);
+        assert_eq!(
+            blocking_timeout("/v1beta/AcquireLock", br#"{"timeout_seconds":4.5}"#, d),
+            0
+        );
+        assert_eq!(
+            blocking_timeout("/v1beta/GetLock", br#"{"timeout_seconds":4}"#, d),
+            0
+        );
+    }
 
     #[test]
     fn only_calls_whose_repeat_answers_the_same_are_repeatable() {
