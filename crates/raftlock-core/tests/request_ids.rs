@@ -120,3 +120,40 @@ fn after_the_window_the_id_is_forgotten() {
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].lease_id, "ls_b");
 }
+
+fn lock(key: &str, action: LockAction) -> Op {
+    Op::ProjectLock {
+        project: P.into(),
+        key: key.into(),
+        action,
+    }
+}
+
+/// Raft's figure-8 case, as the log sees it: a force release proposed under a node-minted id
+/// was truncated on its leader (openraft answered `ForwardToLeader`), resent to the next
+/// leader, and the truncated copy was committed after all by a later one. Between the two
+/// copies another client took the key. The second copy must change nothing.
+#[test]
+fn a_minted_write_that_reaches_the_log_twice_applies_once() {
+    use raftlock_core::request_ids::node_minted;
+    let mut m = machine();
+    let (a, b) = (1u128, 2u128);
+    let acquire = |token| LockAction::Acquire {
+        token,
+        ttl_seconds: 60,
+    };
+    apply(&mut m, T0, lock("job", acquire(a))).unwrap();
+    let minted = node_minted(0xfeed);
+    let force = || once(minted, lock("job", LockAction::ForceRelease));
+    assert_eq!(apply(&mut m, T0 + SECOND, force()), Ok(Reply::Done));
+    let took = apply(&mut m, T0 + 2 * SECOND, lock("job", acquire(b)));
+    assert!(took.is_ok(), "{took:?}");
+    assert_eq!(apply(&mut m, T0 + 3 * SECOND, force()), Ok(Reply::Done));
+    // B still holds: its renew succeeds, and A's acquire is refused.
+    let renew = LockAction::Renew {
+        token: b,
+        ttl_seconds: 60,
+    };
+    assert!(apply(&mut m, T0 + 4 * SECOND, lock("job", renew)).is_ok());
+    assert!(apply(&mut m, T0 + 4 * SECOND, lock("job", acquire(a))).is_err());
+}
