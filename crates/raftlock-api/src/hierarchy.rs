@@ -11,56 +11,6 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-/// Every method of the API, in the order the reference lists them. The server's dispatch,
-/// the OpenAPI document and the drift test are built from this one list.
-pub const METHODS: &[&str] = &[
-    "CreateNamespace",
-    "GetNamespace",
-    "UpdateNamespace",
-    "DeleteNamespace",
-    "ListNamespaces",
-    "CreateLockLease",
-    "GetLockLease",
-    "RefreshLockLease",
-    "RevokeLockLease",
-    "ListLockLeases",
-    "AcquireLock",
-    "ReleaseLock",
-    "GetLock",
-    "DeleteLock",
-    "ListLocks",
-    "ListWaiters",
-    "CreateSemaphore",
-    "GetSemaphore",
-    "UpdateSemaphore",
-    "DeleteSemaphore",
-    "ListSemaphores",
-    "ListSemaphoreHolders",
-    "AcquireSemaphore",
-    "ReleaseSemaphore",
-    "CreateSemaphoreLease",
-    "GetSemaphoreLease",
-    "RefreshSemaphoreLease",
-    "RevokeSemaphoreLease",
-    "ListSemaphoreLeases",
-    "CreateWaitGroup",
-    "GetWaitGroup",
-    "UpdateWaitGroup",
-    "DeleteWaitGroup",
-    "ListWaitGroups",
-    "CompleteJobsFromWaitGroup",
-    "ListWaitGroupCompletedJobs",
-    "WaitForWaitGroup",
-    "CreateBarrier",
-    "GetBarrier",
-    "UpdateBarrier",
-    "DeleteBarrier",
-    "ListBarriers",
-    "ArriveAtBarrier",
-    "WaitAtBarrier",
-    "ListBarrierParticipants",
-];
-
 // ---- views -----------------------------------------------------------------------------
 
 /// A namespace: the container of leases and locks.

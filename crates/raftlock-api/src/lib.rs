@@ -16,6 +16,9 @@
 //! - [`wait_groups`]: wait groups (a counter of jobs observers wait on) and their jobs.
 //! - [`barriers`]: barriers (N-party rendezvous with generations) and their participants.
 //! - [`admin`]: the admin API: key kinds, projects, keys and the cluster view.
+//! - [`methods`]: one table of facts per method and project-lock route — effect (read,
+//!   repeatable write, once-only write), blocking, scope, schema names — that dispatch,
+//!   forwarding, idempotency, the OpenAPI document and the SDK read.
 //! - `schemas` (feature `openapi`): the named field schemas — namespace and lock names, lease
 //!   ids, metadata — that several messages share, each pattern written once.
 //!
@@ -29,6 +32,7 @@ pub mod errors;
 pub mod headers;
 pub mod hierarchy;
 pub mod locks;
+pub mod methods;
 #[cfg(feature = "openapi")]
 pub mod schemas;
 pub mod semaphores;

@@ -1,6 +1,6 @@
 //! Semaphores: named counters of `permits` inside a namespace, held in `weight`s by semaphore
 //! leases — Grackle's semaphore methods, served on the same `POST /v1beta/{Method}` route as
-//! the lock methods ([`crate::hierarchy::METHODS`] lists them all).
+//! the lock methods ([`crate::methods::METHODS`] lists them all).
 //!
 //! Semaphore leases have the shape of lock leases and reuse their messages
 //! ([`LockLease`](crate::hierarchy::LockLease), `CreateLockLeaseRequest`, `LeaseRequest`,

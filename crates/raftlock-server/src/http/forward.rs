@@ -48,57 +48,17 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// Whether sending `method path` twice gives the same state *and the same answer* as
 /// sending it once, so a follower may repeat it at a new leader when the first attempt's
-/// fate is unknown: reads; project-lock renew and same-token acquire (the token names the lease, and
-/// re-acquiring keeps the fencing token) and force release; hierarchical refresh and acquire (the
-/// forwarded call carries one waiter id, and re-acquire under a lease is idempotent).
-///
-/// A write that carries the client's own request id is repeatable too (see `Call::new`):
-/// the leader applies it once and answers a repeat with the first outcome.
-///
-/// Releases are not (without a request id): if the first release took effect and someone else took the lock before
-/// the repeat, the repeat would answer "ownership lost" for a release that succeeded (the
-/// chaos suite's linearizability check caught exactly that). Creates, updates, deletes and
-/// revokes are not either.
+/// fate is unknown, without a request id: reads and the repeatable writes of the method
+/// registry ([`raftlock_api::methods::Effect`]). A once-only write (a release, a create, a
+/// force release) is resent only under one of the call's request ids (see `Call::new`):
+/// every lock write has one, minted by the node the client called when it sent none.
 pub fn repeatable(method: &Method, path: &str) -> bool {
-    if method == Method::GET {
-        return true;
-    }
-    if let Some(rest) = path.strip_prefix("/locks/") {
-        let lease = rest.ends_with("/lease");
-        return (lease && (method == Method::POST || method == Method::PATCH))
-            || (!lease && method == Method::DELETE);
-    }
-    match path.strip_prefix("/v1beta/") {
-        Some(rpc) => matches!(
-            rpc,
-            "GetNamespace"
-                | "ListNamespaces"
-                | "GetLockLease"
-                | "ListLockLeases"
-                | "GetLock"
-                | "ListLocks"
-                | "RefreshLockLease"
-                | "AcquireLock"
-                | "GetSemaphore"
-                | "ListSemaphores"
-                | "ListSemaphoreHolders"
-                | "GetSemaphoreLease"
-                | "ListSemaphoreLeases"
-                | "RefreshSemaphoreLease"
-                | "AcquireSemaphore"
-                | "GetWaitGroup"
-                | "ListWaitGroups"
-                | "ListWaitGroupCompletedJobs"
-                | "WaitForWaitGroup"
-                | "CompleteJobsFromWaitGroup"
-                | "GetBarrier"
-                | "ListBarriers"
-                | "ListBarrierParticipants"
-                | "WaitAtBarrier"
-                | "ArriveAtBarrier"
-        ),
-        None => false,
-    }
+    use raftlock_api::methods::{effect_of, Effect};
+    method == Method::GET
+        || matches!(
+            effect_of(method.as_str(), path),
+            Some(Effect::Read | Effect::Repeatable)
+        )
 }
 
 /// Middleware on every route that needs the leader.
@@ -301,14 +261,6 @@ impl Call {
     }
 }
 
-/// Methods that may block on the server for their body's `timeout_seconds`.
-const BLOCKING: &[&str] = &[
-    "/AcquireLock",
-    "/AcquireSemaphore",
-    "/WaitForWaitGroup",
-    "/WaitAtBarrier",
-];
-
 /// `timeout_seconds` of a blocking method's body (0 for any other request, or when absent).
 ///
 /// Read by the same decoder the leader's handler uses ([`body::json`]), so `4`, `4.0` and
@@ -320,7 +272,11 @@ fn blocking_timeout(path: &str, body: &[u8], dialect: Dialect) -> u64 {
         #[serde(default)]
         timeout_seconds: u64,
     }
-    if !BLOCKING.iter().any(|m| path.ends_with(m)) {
+    let blocks = path
+        .strip_prefix("/v1beta/")
+        .and_then(raftlock_api::methods::method)
+        .is_some_and(|m| m.blocks);
+    if !blocks {
         return 0;
     }
     body::json::<Wait>(body, dialect)
@@ -481,8 +437,13 @@ mod tests {
             br#"{"timeout_seconds":4e0}"#,
             br#"{"namespace_name":"n","timeout_seconds":4.0,"exclusive":true}"#,
         ] {
-            for method in BLOCKING {
-                let path = format!("/v1beta{method}");
+            for method in [
+                "AcquireLock",
+                "AcquireSemaphore",
+                "WaitForWaitGroup",
+                "WaitAtBarrier",
+            ] {
+                let path = format!("/v1beta/{method}");
                 assert_eq!(
                     blocking_timeout(&path, body, d),
                     4,
@@ -508,13 +469,13 @@ mod tests {
             (Method::GET, "/locks/k"),
             (Method::POST, "/locks/k/lease"),
             (Method::PATCH, "/locks/k/lease"),
-            (Method::DELETE, "/locks/k"),
             (Method::POST, "/v1beta/RefreshLockLease"),
             (Method::POST, "/v1beta/AcquireLock"),
             (Method::POST, "/v1beta/GetLock"),
         ];
         let no = [
             (Method::DELETE, "/locks/k/lease"),
+            (Method::DELETE, "/locks/k"),
             (Method::POST, "/v1beta/ReleaseLock"),
             (Method::POST, "/v1beta/RevokeLockLease"),
             (Method::POST, "/v1beta/DeleteLock"),

@@ -25,6 +25,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::Response;
+use raftlock_api::methods::{self, effect_of, Effect};
 use raftlock_core::{request_ids, Op};
 
 use super::forward::HOPS_HEADER;
@@ -120,77 +121,31 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientRequestId {
     }
 }
 
-/// Whether `method path` is applied once per client request id: the writes whose repeat
-/// could change state or answer differently — project-lock release and force release; hierarchical creates,
-/// updates, deletes, revoke and release. Not acquire, renew, `RefreshLockLease` or
-/// `AcquireLock`: they are already safe to repeat, and remembering them would let a client
-/// that reuses one id across renewals get a stale answer while its lease is not extended.
+/// Whether `method path` is applied once per client request id: the once-only writes of the
+/// method registry ([`Effect::Once`]) — project-lock release and force release;
+/// hierarchical creates, updates, deletes, revokes and releases. Not the repeatable writes
+/// (acquire, renew, `RefreshLockLease`, `AcquireLock`…): they are already safe to repeat,
+/// and remembering them would let a client that reuses one id across renewals get a stale
+/// answer while its lease is not extended.
 pub fn remembers(method: &Method, path: &str) -> bool {
-    if path.starts_with("/locks/") {
-        return method == Method::DELETE;
-    }
-    match path.strip_prefix("/v1beta/") {
-        Some(rpc) => matches!(
-            rpc,
-            "CreateNamespace"
-                | "UpdateNamespace"
-                | "DeleteNamespace"
-                | "CreateLockLease"
-                | "RevokeLockLease"
-                | "ReleaseLock"
-                | "DeleteLock"
-                | "CreateSemaphore"
-                | "UpdateSemaphore"
-                | "DeleteSemaphore"
-                | "CreateSemaphoreLease"
-                | "RevokeSemaphoreLease"
-                | "ReleaseSemaphore"
-                | "CreateWaitGroup"
-                | "UpdateWaitGroup"
-                | "DeleteWaitGroup"
-                | "CreateBarrier"
-                | "UpdateBarrier"
-                | "DeleteBarrier"
-        ),
-        None => false,
-    }
+    effect_of(method.as_str(), path) == Some(Effect::Once)
 }
 
-/// `op` (a hierarchical write of `project`) as proposed: once per call (see
-/// [`ClientRequestId::wrap_if`]), except a blocking acquire, whose waiter id already makes a
-/// resend the same wait, and a cancelled wait.
-pub fn wrap_hier(ids: ClientRequestId, project: String, op: raftlock_core::command::HierOp) -> Op {
-    use raftlock_core::command::HierOp;
-    let waits = matches!(
-        op,
-        HierOp::AcquireLock { .. }
-            | HierOp::CancelWait { .. }
-            | HierOp::AcquireSemaphore { .. }
-            | HierOp::CancelSemaphoreWait { .. }
-    );
-    let client_id_covers = remembers_hier(&op);
+/// `op` (a hierarchical write of `project`, made by a call of `method`) as proposed: once
+/// per call (see [`ClientRequestId::wrap_if`]), except in a blocking method, whose waiter id
+/// already makes a resend the same wait (its enqueueing acquire and its cancel alike).
+pub fn wrap_hier(
+    ids: ClientRequestId,
+    method: &'static methods::Method,
+    project: String,
+    op: raftlock_core::command::HierOp,
+) -> Op {
     let op = Op::Hier { project, op };
-    if waits {
+    if method.blocks {
         op
     } else {
-        ids.wrap_if(client_id_covers, op)
+        ids.wrap_if(method.effect == Effect::Once, op)
     }
-}
-
-/// Whether `op` (a hierarchical write) is proposed under the client's id; see [`remembers`].
-pub fn remembers_hier(op: &raftlock_core::command::HierOp) -> bool {
-    use raftlock_core::command::HierOp;
-    !matches!(
-        op,
-        HierOp::AcquireLock { .. }
-            | HierOp::CancelWait { .. }
-            | HierOp::RefreshLease { .. }
-            | HierOp::AcquireSemaphore { .. }
-            | HierOp::CancelSemaphoreWait { .. }
-            | HierOp::RefreshSemaphoreLease { .. }
-            | HierOp::CompleteJobs { .. }
-            | HierOp::ArriveAtBarrier { .. }
-    )
 }
 
 #[cfg(test)]
@@ -246,6 +201,7 @@ mod tests {
         assert!(client_only.covers(&Method::DELETE, "/locks/a"));
 
         use raftlock_core::command::HierOp;
+        let facts = |name| methods::method(name).unwrap();
         let wait = HierOp::CancelWait {
             namespace: "n".into(),
             lock_name: "l".into(),
@@ -253,12 +209,16 @@ mod tests {
             exclusive: true,
             waiter_id: "w".into(),
         };
-        assert_eq!(under(wrap_hier(both, "p".into(), wait)), None);
+        let in_acquire = wrap_hier(both, facts("AcquireLock"), "p".into(), wait);
+        assert_eq!(under(in_acquire), None);
         let release = HierOp::ReleaseLock {
             namespace: "n".into(),
             lock_name: "l".into(),
             lease_id: "x".into(),
         };
-        assert_eq!(under(wrap_hier(both, "p".into(), release)), Some(client));
+        let released = wrap_hier(both, facts("ReleaseLock"), "p".into(), release.clone());
+        assert_eq!(under(released), Some(client));
+        let refreshed = wrap_hier(both, facts("RefreshLockLease"), "p".into(), release);
+        assert_eq!(under(refreshed), Some(minted));
     }
 }

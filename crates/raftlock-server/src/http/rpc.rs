@@ -35,6 +35,7 @@ use super::errors::{ApiError, Dialect};
 use super::idempotency::ClientRequestId;
 use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext, WaiterGauge};
 use crate::node::SharedNode;
+use raftlock_api::methods;
 
 pub(super) const D: Dialect = Dialect::Rpc;
 
@@ -76,12 +77,21 @@ async fn dispatch(
     b: Body,
 ) -> Result<Response, ApiError> {
     let project = auth::lock_caller_counted(&node, &headers, D)?;
+    // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not found".
+    let Some(facts) = methods::method(&method) else {
+        return Err(ApiError::new(
+            D,
+            StatusCode::NOT_IMPLEMENTED,
+            format!("unknown method {method:?}"),
+        ));
+    };
     let bytes = body::read(b, D).await?;
     let ctx = wait.map(|Extension(w)| w).unwrap_or_default();
     let call = Call {
         node,
         project,
         request_id,
+        method: facts,
     };
     let answer = match method.as_str() {
         "CreateNamespace" => reply(call.create_namespace(parse(&bytes)?).await?),
@@ -130,13 +140,13 @@ async fn dispatch(
         "ArriveAtBarrier" => reply(call.arrive_at_barrier(parse(&bytes)?).await?),
         "WaitAtBarrier" => reply(call.wait_at_barrier(parse(&bytes)?, ctx).await?),
         "ListBarrierParticipants" => reply(call.list_barrier_participants(parse(&bytes)?).await?),
-        // gRPC's Unimplemented, not NotFound: a client must not read it as "namespace not
-        // found". (`METHODS` lists the arms above; the OpenAPI drift test checks they agree.)
+        // A registered method without an arm here: the drift tests (OpenAPI, every method
+        // called through a live node) catch it before a release.
         other => {
             return Err(ApiError::new(
                 D,
                 StatusCode::NOT_IMPLEMENTED,
-                format!("unknown method {other:?}"),
+                format!("method {other:?} is not served by this node"),
             ))
         }
     };
@@ -147,16 +157,19 @@ async fn dispatch(
 pub(super) struct Call {
     pub(super) node: SharedNode,
     pub(super) project: String,
-    /// The call's request id (the client's, or one this node minted): writes under it are
+    /// The call's request ids (the client's, and one a node minted): writes under them are
     /// applied once.
     request_id: ClientRequestId,
+    /// The method's facts: whether its writes go under a request id.
+    method: &'static methods::Method,
 }
 
 impl Call {
     pub(super) async fn write(&self, op: HierOp) -> Result<Reply, ApiError> {
         // Refused for its shape: answer now, and keep it out of the log.
         op.validate().map_err(core)?;
-        let op = super::idempotency::wrap_hier(self.request_id, self.project.clone(), op);
+        let op =
+            super::idempotency::wrap_hier(self.request_id, self.method, self.project.clone(), op);
         ApiError::decide(&self.node, op, D).await
     }
 

@@ -8,9 +8,9 @@
 //!
 //! Nothing here is hand-written JSON: the request, response and error schemas are derived
 //! from the wire types of `raftlock-api` (utoipa), and the operations are built from the
-//! route tables below — the hierarchical methods from [`raftlock_api::hierarchy::METHODS`],
-//! checked against [`RPC`] by a unit test and against the live dispatch by the integration
-//! test `tests/tests/openapi.rs`.
+//! route tables below — the hierarchical methods from the method registry
+//! ([`raftlock_api::methods::METHODS`]: schema names and summaries), checked against the live
+//! dispatch by the integration test `tests/tests/openapi.rs`.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -470,13 +470,25 @@ fn error_description(dialect: Dialect, status: u16) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::operations::RPC;
     use super::*;
 
     #[test]
     fn every_hierarchical_method_is_described_once() {
-        let described: Vec<&str> = RPC.iter().map(|(m, ..)| *m).collect();
-        assert_eq!(described, hierarchy::METHODS);
+        let text = document_json();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let described: Vec<&str> = paths
+            .keys()
+            .filter_map(|p| p.strip_prefix("/v1beta/"))
+            .collect();
+        let mut registered: Vec<&str> = raftlock_api::methods::METHODS
+            .iter()
+            .map(|m| m.name)
+            .collect();
+        registered.sort_unstable();
+        let mut described = described;
+        described.sort_unstable();
+        assert_eq!(described, registered);
     }
 
     #[test]

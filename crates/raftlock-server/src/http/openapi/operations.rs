@@ -10,6 +10,7 @@ use super::{
     key_param, lock_token_param, path_param, string_schema, Dialect, Op, TAG_ADMIN, TAG_HEALTH,
     TAG_LOCKS, TAG_RPC,
 };
+use raftlock_api::methods::METHODS;
 use raftlock_api::{admin, locks};
 
 pub(super) fn project_lock_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
@@ -115,275 +116,6 @@ pub(super) fn project_lock_operations() -> Vec<(&'static str, HttpMethod, Operat
         ),
     ]
 }
-
-/// The hierarchical methods: name, request schema, response schema, summary, example.
-pub(super) const RPC: &[(&str, &str, &str, &str)] = &[
-    (
-        "CreateNamespace",
-        "CreateNamespaceRequest",
-        "NamespaceResponse",
-        "Create a namespace (`already_exists` on a duplicate)",
-    ),
-    (
-        "GetNamespace",
-        "NamespaceRequest",
-        "NamespaceResponse",
-        "Get a namespace",
-    ),
-    (
-        "UpdateNamespace",
-        "UpdateNamespaceRequest",
-        "NamespaceResponse",
-        "Replace a namespace's description and metadata",
-    ),
-    (
-        "DeleteNamespace",
-        "NamespaceRequest",
-        "EmptyResponse",
-        "Delete a namespace and everything inside (absent: no error)",
-    ),
-    (
-        "ListNamespaces",
-        "ListNamespacesRequest",
-        "ListNamespacesResponse",
-        "List namespaces",
-    ),
-    (
-        "CreateLockLease",
-        "CreateLockLeaseRequest",
-        "LockLeaseResponse",
-        "Create a lease",
-    ),
-    (
-        "GetLockLease",
-        "LeaseRequest",
-        "LockLeaseResponse",
-        "Get a lease",
-    ),
-    (
-        "RefreshLockLease",
-        "RefreshLockLeaseRequest",
-        "LockLeaseResponse",
-        "Extend a lease and its locks",
-    ),
-    (
-        "RevokeLockLease",
-        "LeaseRequest",
-        "EmptyResponse",
-        "Revoke a lease, releasing its locks",
-    ),
-    (
-        "ListLockLeases",
-        "ListLockLeasesRequest",
-        "ListLockLeasesResponse",
-        "List leases",
-    ),
-    (
-        "AcquireLock",
-        "AcquireLockRequest",
-        "AcquireLockResponse",
-        "Acquire a lock, waiting up to timeout_seconds in its FIFO queue",
-    ),
-    (
-        "ReleaseLock",
-        "ReleaseLockRequest",
-        "LockResponse",
-        "Release a lease's hold on a lock",
-    ),
-    ("GetLock", "LockRequest", "LockResponse", "Get a lock"),
-    (
-        "DeleteLock",
-        "LockRequest",
-        "EmptyResponse",
-        "Delete a lock, dropping its holders and waiters",
-    ),
-    (
-        "ListLocks",
-        "ListLocksRequest",
-        "ListLocksResponse",
-        "List held locks",
-    ),
-    (
-        "ListWaiters",
-        "ListWaitersRequest",
-        "ListWaitersResponse",
-        "List queued acquires (extension)",
-    ),
-    (
-        "CreateSemaphore",
-        "CreateSemaphoreRequest",
-        "SemaphoreResponse",
-        "Create a semaphore with `permits` (`already_exists` on a duplicate)",
-    ),
-    (
-        "GetSemaphore",
-        "SemaphoreRequest",
-        "SemaphoreResponse",
-        "Get a semaphore",
-    ),
-    (
-        "UpdateSemaphore",
-        "UpdateSemaphoreRequest",
-        "SemaphoreResponse",
-        "Replace a semaphore's description, permits and metadata (not below what is held)",
-    ),
-    (
-        "DeleteSemaphore",
-        "SemaphoreRequest",
-        "EmptyResponse",
-        "Delete a semaphore, dropping its holders and waiters (absent: no error)",
-    ),
-    (
-        "ListSemaphores",
-        "ListSemaphoresRequest",
-        "ListSemaphoresResponse",
-        "List semaphores",
-    ),
-    (
-        "ListSemaphoreHolders",
-        "ListSemaphoreHoldersRequest",
-        "ListSemaphoreHoldersResponse",
-        "List a semaphore's holders in arrival order",
-    ),
-    (
-        "AcquireSemaphore",
-        "AcquireSemaphoreRequest",
-        "AcquireSemaphoreResponse",
-        "Acquire `weight` permits, waiting up to timeout_seconds in the FIFO queue",
-    ),
-    (
-        "ReleaseSemaphore",
-        "ReleaseSemaphoreRequest",
-        "SemaphoreResponse",
-        "Release a lease's permits",
-    ),
-    (
-        "CreateSemaphoreLease",
-        "CreateLockLeaseRequest",
-        "LockLeaseResponse",
-        "Create a semaphore lease",
-    ),
-    (
-        "GetSemaphoreLease",
-        "LeaseRequest",
-        "LockLeaseResponse",
-        "Get a semaphore lease",
-    ),
-    (
-        "RefreshSemaphoreLease",
-        "RefreshLockLeaseRequest",
-        "LockLeaseResponse",
-        "Extend a semaphore lease and its holds",
-    ),
-    (
-        "RevokeSemaphoreLease",
-        "LeaseRequest",
-        "EmptyResponse",
-        "Revoke a semaphore lease, releasing its permits",
-    ),
-    (
-        "ListSemaphoreLeases",
-        "ListLockLeasesRequest",
-        "ListLockLeasesResponse",
-        "List semaphore leases",
-    ),
-    (
-        "CreateWaitGroup",
-        "CreateWaitGroupRequest",
-        "WaitGroupResponse",
-        "Create a wait group for `counter` jobs (`already_exists` on a duplicate)",
-    ),
-    (
-        "GetWaitGroup",
-        "WaitGroupRequest",
-        "WaitGroupResponse",
-        "Get a wait group",
-    ),
-    (
-        "UpdateWaitGroup",
-        "UpdateWaitGroupRequest",
-        "WaitGroupResponse",
-        "Replace an active wait group's fields (counter not below completed_jobs)",
-    ),
-    (
-        "DeleteWaitGroup",
-        "WaitGroupRequest",
-        "EmptyResponse",
-        "Delete a wait group and its jobs (absent: no error)",
-    ),
-    (
-        "ListWaitGroups",
-        "ListWaitGroupsRequest",
-        "ListWaitGroupsResponse",
-        "List wait groups",
-    ),
-    (
-        "CompleteJobsFromWaitGroup",
-        "CompleteJobsFromWaitGroupRequest",
-        "WaitGroupResponse",
-        "Report jobs complete (idempotent per job_id; never above counter)",
-    ),
-    (
-        "ListWaitGroupCompletedJobs",
-        "ListWaitGroupCompletedJobsRequest",
-        "ListWaitGroupCompletedJobsResponse",
-        "List a wait group's completed jobs",
-    ),
-    (
-        "WaitForWaitGroup",
-        "WaitForWaitGroupRequest",
-        "WaitForWaitGroupResponse",
-        "Wait up to timeout_seconds for a wait group to complete or expire",
-    ),
-    (
-        "CreateBarrier",
-        "CreateBarrierRequest",
-        "BarrierResponse",
-        "Create a barrier for `expected_processes` (`already_exists` on a duplicate)",
-    ),
-    (
-        "GetBarrier",
-        "BarrierRequest",
-        "BarrierResponse",
-        "Get a barrier",
-    ),
-    (
-        "UpdateBarrier",
-        "UpdateBarrierRequest",
-        "BarrierResponse",
-        "Replace a barrier's fields (lowering expected_processes to the arrived trips it)",
-    ),
-    (
-        "DeleteBarrier",
-        "BarrierRequest",
-        "EmptyResponse",
-        "Delete a barrier (absent: no error)",
-    ),
-    (
-        "ListBarriers",
-        "ListBarriersRequest",
-        "ListBarriersResponse",
-        "List barriers",
-    ),
-    (
-        "ArriveAtBarrier",
-        "ArriveAtBarrierRequest",
-        "ArriveAtBarrierResponse",
-        "Arrive at a barrier's generation (idempotent per process); answers at once",
-    ),
-    (
-        "WaitAtBarrier",
-        "WaitAtBarrierRequest",
-        "WaitAtBarrierResponse",
-        "Wait up to timeout_seconds for a barrier generation to trip",
-    ),
-    (
-        "ListBarrierParticipants",
-        "ListBarrierParticipantsRequest",
-        "ListBarrierParticipantsResponse",
-        "List the processes that arrived in one generation",
-    ),
-];
 
 /// An example body, from its message type (so it cannot drift from the schema).
 fn example<T: serde::Serialize>(message: &T) -> Value {
@@ -650,17 +382,18 @@ fn coordination_example(method: &str) -> Value {
             limit: 100,
             pagination_token: String::new(),
         }),
-        other => unreachable!("no example for {other}: add one beside RPC"),
+        other => unreachable!("no example for {other}: add one beside the others"),
     }
 }
 
 pub(super) fn hierarchical_operations() -> Vec<(String, HttpMethod, Operation)> {
-    RPC.iter()
-        .map(|&(method, request, response, summary)| {
-            let path = format!("/v1beta/{method}");
-            let op = Op::new(TAG_RPC, method, summary, Dialect::Rpc)
-                .body(request, rpc_example(method))
-                .ok(200, "The response message.", response)
+    METHODS
+        .iter()
+        .map(|m| {
+            let path = format!("/v1beta/{}", m.name);
+            let op = Op::new(TAG_RPC, m.name, m.summary, Dialect::Rpc)
+                .body(m.request, rpc_example(m.name))
+                .ok(200, "The response message.", m.response)
                 .lock_errors(&[404, 409])
                 .build();
             (path, HttpMethod::Post, op)
