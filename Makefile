@@ -2,7 +2,7 @@
 #   make run    a local 3-node dev cluster (prints a key and a curl line)
 #   make test   fmt check, clippy -D warnings, every test (unit, property, integration)
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
-#   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md (issue 6)
+#   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md
 #   make bench-core  the criterion benches of raftlock-core
 #   make soak        a fixed-rate mixed load for SOAK_MINUTES (30) at half this machine's
 #                    maximum (probed first), minute by minute
@@ -75,7 +75,7 @@ soak:
 bench-primitives:
 	./crates/raftlock-bench/primitives.sh
 
-# CPU time and context switches per acquire, per setting, next to etcd (issue 20).
+# CPU time and context switches per acquire, per setting, next to etcd.
 bench-cost:
 	./crates/raftlock-bench/cost.sh
 

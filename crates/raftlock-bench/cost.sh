@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-cost` (issue 20): what one acquire costs. For each build or setting named in
+# `make bench-cost`: what one acquire costs. For each build or setting named in
 # COST_SETUPS, a fresh 3-node release cluster on loopback (fsync on) runs workload 1 (acquire
 # on fresh keys) at each of COST_CLIENTS; printed per cell: acquires/s, p50/p99, and CPU time
 # and context switches per acquire summed over the three node processes (from /proc). When

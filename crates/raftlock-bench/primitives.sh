@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-primitives` (issue 19): acquires/s on one hot semaphore, wait-group job
+# `make bench-primitives`: acquires/s on one hot semaphore, wait-group job
 # completions/s and the release latency of a 16-party barrier, on a 3-node release cluster on
 # loopback. Writes the table into docs/benchmarks.md between the primitives markers.
 #

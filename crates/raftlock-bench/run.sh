@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench` (issue 6): raftlock vs etcd on this machine, side by side.
+# `make bench`: raftlock vs etcd on this machine, side by side.
 #
 # Builds release binaries, installs Debian's etcd-server and fio when missing, measures the
 # disk's fsync latency, then runs the load generator against a 3-node raftlock cluster and a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make soak` (issue 18): a 3-node cluster under a fixed-rate mixed load for SOAK_MINUTES,
+# `make soak`: a 3-node cluster under a fixed-rate mixed load for SOAK_MINUTES,
 # reported minute by minute — throughput, p50/p99/p99.9/max (from each job's scheduled start:
 # no coordinated omission), the longest a job queued for a connection and how late the
 # generator itself woke, errors, each node's peak RSS (sampled every second), leader changes,

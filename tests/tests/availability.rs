@@ -1,4 +1,4 @@
-//! Availability through faults and upgrades (issue 13): one deadline per forwarded request,
+//! Availability through faults and upgrades: one deadline per forwarded request,
 //! leadership hand-off on SIGTERM, rolling restarts, and a Volcano-style client that renews
 //! through a follower while leaders are killed.
 
@@ -446,7 +446,7 @@ async fn a_rolling_restart_twice_over_costs_no_client_error() -> anyhow::Result<
 }
 
 /// `kill -9` of the leader, 20 times: time from the kill to the first write answered 200
-/// through a surviving node. Goal (issue 13): worst ≤ 1 s — measured 0.76 s here, but one
+/// through a surviving node. Goal: worst ≤ 1 s — measured 0.76 s here, but one
 /// slow kill on a loaded CI machine must not fail the build, so the test holds the median
 /// (0.66 s measured; 1.10 s with the old 400/800 ms timeouts) under 0.9 s and the worst
 /// under the chaos goal of 1.5 s, and prints the figures.
@@ -494,7 +494,7 @@ async fn killing_the_leader_20_times_serving_again_in_under_a_second() -> anyhow
 }
 
 /// Neither a follower cut off for 10 s and healed, nor a follower restarted, deposes a healthy
-/// leader: the leader and its term stay the same (pre-vote, issue 13).
+/// leader: the leader and its term stay the same (pre-vote).
 #[tokio::test]
 async fn a_partitioned_or_restarted_follower_does_not_depose_the_leader() -> anyhow::Result<()> {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;

@@ -1,4 +1,4 @@
-//! Time that no wall clock can break (issue 11). Real processes run on skewed or stepping wall
+//! Time that no wall clock can break. Real processes run on skewed or stepping wall
 //! clocks (libfaketime, monotonic clocks untouched) and every judgement uses the test
 //! machine's one true clock: a second holder never gets a lock before the first holder's
 //! `expires_at` has passed, and a lease taken under a skewed leader frees within TTL + 1 s

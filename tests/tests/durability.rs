@@ -1,4 +1,4 @@
-//! Durability seen from outside (issue 10): a syscall trace of real nodes shows every
+//! Durability seen from outside: a syscall trace of real nodes shows every
 //! acknowledged write `fdatasync`'d on the leader and on a follower before the response leaves
 //! the leader, and whole-cluster `kill -9`s never lose an acknowledged acquire or hand out a
 //! fencing token twice.

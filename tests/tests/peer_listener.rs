@@ -1,4 +1,4 @@
-//! `--peer-listen` (issue 12): node-to-node traffic on its own listener, refused on the
+//! `--peer-listen`: node-to-node traffic on its own listener, refused on the
 //! client one, and never queued behind clients.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Memory (issue 12): a project that tries to open 100,000 blocking waits gets
+//! Memory: a project that tries to open 100,000 blocking waits gets
 //! `resource_exhausted` past its budget, the refused attempts write nothing to the log, and
 //! the leader's memory stays under a stated bound.
 //!

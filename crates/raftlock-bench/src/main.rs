@@ -1,4 +1,4 @@
-//! `raftlock-bench`: the load generator of `make bench` (issue 6).
+//! `raftlock-bench`: the load generator of `make bench`.
 //!
 //! - `run`: drives one system (raftlock or etcd) through the workloads at each concurrency
 //!   and appends one JSON line per cell to the results file.

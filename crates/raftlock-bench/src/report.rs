@@ -211,7 +211,7 @@ fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The goal lines of the soak plot: p99 and max in every minute (issue 18).
+/// The goal lines of the soak plot: p99 and max in every minute.
 const SOAK_P99_GOAL_MS: f64 = 10.0;
 const SOAK_MAX_GOAL_MS: f64 = 100.0;
 

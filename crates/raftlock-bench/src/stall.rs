@@ -1,5 +1,5 @@
 //! `stall`: latency of a steady read/acquire load on a cluster holding many locks, while the
-//! leader builds snapshots (issue 12: building a snapshot must not stall the node).
+//! leader builds snapshots (building a snapshot must not stall the node).
 //!
 //! Each client loops: read a held lock (`mem-*`, loaded by `load`), then acquire and release
 //! a lock of its own. The leader's `raftlock_snapshot_duration_seconds_count` is read before

@@ -1,4 +1,4 @@
-//! The workloads of issue 6 and the harness that runs one (system, workload, clients) cell:
+//! The workloads of `make bench` and the harness that runs one (system, workload, clients) cell:
 //! every client connects and prepares, all start together, the first `warmup` is discarded,
 //! and each operation's latency inside the measured window is kept (µs) for percentiles.
 

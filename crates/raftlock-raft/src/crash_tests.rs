@@ -1,4 +1,4 @@
-//! Simulated power loss at the storage layer (issue 10): random sequences of log appends,
+//! Simulated power loss at the storage layer: random sequences of log appends,
 //! truncations, purges, vote saves and snapshot saves run over [`SimDir`]; the power fails
 //! after a random number of file operations and a power cut keeps a random part of what was
 //! not synced. After reopening, the store must hold exactly the state after the last

@@ -76,7 +76,7 @@ pub struct Summary {
     pub worst_recovery: (Duration, String),
     pub worst_gap: (Duration, String),
     pub worst_failover: Duration,
-    /// Per fault kind: the worst of each unavailability measure (issue 13).
+    /// Per fault kind: the worst of each unavailability measure.
     pub per_kind: BTreeMap<String, KindUnavailability>,
     pub no_quorum_calls: usize,
     pub slowest_503: Duration,
