@@ -27,8 +27,6 @@ use crate::error::CoreError;
 use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
 
-/// Most processes one barrier waits for (Grackle's limit).
-pub const MAX_EXPECTED_PROCESSES: u64 = 1_000_000;
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
 pub const MIN_IDLE_SECONDS: u64 = 60;
 pub const MAX_IDLE_SECONDS: u64 = 30 * 24 * 3600;

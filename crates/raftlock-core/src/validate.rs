@@ -194,9 +194,19 @@ pub fn permits(field: &str, value: u64) -> Result {
     Ok(())
 }
 
-/// A wait group's `counter`: 1 to [`crate::wait_groups::MAX_COUNTER`].
+/// Most jobs one wait group waits for (Grackle's limit).
+pub const MAX_COUNTER: u64 = 100_000_000;
+/// Most jobs in one report.
+pub const MAX_JOBS_PER_REPORT: usize = 50;
+/// A finished wait group's retention: 60 s (Grackle's minimum) to 30 days.
+pub const MIN_RETENTION_SECONDS: u64 = 60;
+pub const MAX_RETENTION_SECONDS: u64 = 30 * 24 * 3600;
+/// Most processes one barrier waits for (Grackle's limit).
+pub const MAX_EXPECTED_PROCESSES: u64 = 1_000_000;
+
+/// A wait group's `counter`: 1 to [`MAX_COUNTER`].
 pub fn wait_group_counter(counter: u64) -> Result {
-    let max = crate::wait_groups::MAX_COUNTER;
+    let max = MAX_COUNTER;
     if counter == 0 || counter > max {
         return Err(CoreError::invalid(
             "counter",
@@ -208,7 +218,7 @@ pub fn wait_group_counter(counter: u64) -> Result {
 
 /// A retention or idle time: 60 s to 30 days.
 pub fn retention(field: &str, seconds: u64) -> Result {
-    use crate::wait_groups::{MAX_RETENTION_SECONDS as MAX, MIN_RETENTION_SECONDS as MIN};
+    use self::{MAX_RETENTION_SECONDS as MAX, MIN_RETENTION_SECONDS as MIN};
     if !(MIN..=MAX).contains(&seconds) {
         return Err(CoreError::invalid(
             field,
@@ -220,7 +230,7 @@ pub fn retention(field: &str, seconds: u64) -> Result {
 
 /// A report of completed jobs: 1–50 jobs, each with a valid id and metadata.
 pub fn job_batch(jobs: &[(String, BTreeMap<String, String>)]) -> Result {
-    let max = crate::wait_groups::MAX_JOBS_PER_REPORT;
+    let max = MAX_JOBS_PER_REPORT;
     if jobs.is_empty() || jobs.len() > max {
         return Err(CoreError::invalid(
             "jobs",
@@ -234,9 +244,9 @@ pub fn job_batch(jobs: &[(String, BTreeMap<String, String>)]) -> Result {
     Ok(())
 }
 
-/// A barrier's `expected_processes`: 1 to [`crate::barriers::MAX_EXPECTED_PROCESSES`].
+/// A barrier's `expected_processes`: 1 to [`MAX_EXPECTED_PROCESSES`].
 pub fn expected_processes(n: u64) -> Result {
-    let max = crate::barriers::MAX_EXPECTED_PROCESSES;
+    let max = MAX_EXPECTED_PROCESSES;
     if n == 0 || n > max {
         return Err(CoreError::invalid(
             "expected_processes",

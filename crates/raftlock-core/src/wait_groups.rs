@@ -28,13 +28,6 @@ use crate::error::CoreError;
 use crate::paging::{paginate, Page};
 use crate::{validate, Nanos, SECOND};
 
-/// Most jobs one group waits for (Grackle's limit).
-pub const MAX_COUNTER: u64 = 100_000_000;
-/// Most jobs in one report.
-pub const MAX_JOBS_PER_REPORT: usize = 50;
-/// Retention after finishing: 60 s (Grackle's minimum) to 30 days.
-pub const MIN_RETENTION_SECONDS: u64 = 60;
-pub const MAX_RETENTION_SECONDS: u64 = 30 * 24 * 3600;
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
 pub const MIN_EXPIRY_LEAD: Nanos = 60 * SECOND;
 /// Most wait groups in one namespace (Grackle's limit).

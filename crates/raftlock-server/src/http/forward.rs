@@ -21,11 +21,14 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed};
-use super::idempotency::{ClientRequestId, FORWARDED_REQUEST_ID_HEADER, NODE_REQUEST_ID_HEADER};
+use super::idempotency::ClientRequestId;
 use super::wait::WaitContext;
 use crate::node::SharedNode;
 
-pub use crate::headers::{HOPS_HEADER, NOT_PROPOSED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER};
+use crate::headers::{
+    FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
+    WAITER_ID_HEADER, WAIT_LEFT_HEADER,
+};
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// After a failed attempt, how long to wait for news of a leader before trying again.

@@ -28,10 +28,9 @@ use axum::response::Response;
 use raftlock_api::methods::{self, effect_of, Effect};
 use raftlock_core::{request_ids, Op};
 
-use super::forward::HOPS_HEADER;
-use super::REQUEST_ID_HEADER;
-
-pub use crate::headers::{FORWARDED_REQUEST_ID_HEADER, NODE_REQUEST_ID_HEADER};
+use crate::headers::{
+    FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
+};
 
 /// The request ids of a call: the client's own (a UUID it sent, reused on its retries), and
 /// the one the node that received the call minted for it (every lock write has one).

@@ -112,7 +112,7 @@ pub fn client_router(node: SharedNode) -> Router {
 
 async fn refuse_peer_traffic(req: Request, next: Next) -> Response {
     let peer = req.uri().path().starts_with("/internal/")
-        || req.headers().contains_key(forward::HOPS_HEADER);
+        || req.headers().contains_key(crate::headers::HOPS_HEADER);
     if peer {
         let d = Dialect::of_path(req.uri().path());
         let message = "node-to-node traffic is served on the peer listener (--peer-listen)";

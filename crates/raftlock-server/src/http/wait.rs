@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::forward::{WAITER_ID_HEADER, WAIT_LEFT_HEADER};
+use crate::headers::{WAITER_ID_HEADER, WAIT_LEFT_HEADER};
 use crate::node::SharedNode;
 
 /// The identity of a blocking acquire, fixed by the node the client called and kept across
