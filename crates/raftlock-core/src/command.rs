@@ -290,6 +290,7 @@ impl HierOp {
     /// the log can bypass them.
     pub fn validate(&self) -> Result<(), CoreError> {
         use crate::validate as v;
+        let ns = |namespace: &str| v::simple_name("namespace_name", namespace);
         match self {
             HierOp::CreateNamespace {
                 name,
@@ -297,8 +298,7 @@ impl HierOp {
                 metadata,
             } => {
                 v::simple_name("name", name)?;
-                v::description(description)?;
-                v::metadata(metadata)
+                definition(description, metadata)
             }
             HierOp::UpdateNamespace {
                 name,
@@ -306,18 +306,23 @@ impl HierOp {
                 metadata,
                 ..
             } => {
-                v::simple_name("namespace_name", name)?;
-                v::description(description)?;
-                v::metadata(metadata)
+                ns(name)?;
+                definition(description, metadata)
             }
-            HierOp::DeleteNamespace { name } => v::simple_name("namespace_name", name),
+            HierOp::DeleteNamespace { name } => ns(name),
             HierOp::CreateLease {
                 namespace,
                 process_id,
                 ttl_seconds,
                 ..
+            }
+            | HierOp::CreateSemaphoreLease {
+                namespace,
+                process_id,
+                ttl_seconds,
+                ..
             } => {
-                v::simple_name("namespace_name", namespace)?;
+                ns(namespace)?;
                 v::process_id(process_id)?;
                 v::lease_ttl(*ttl_seconds)
             }
@@ -325,11 +330,17 @@ impl HierOp {
                 namespace,
                 ttl_seconds,
                 ..
+            }
+            | HierOp::RefreshSemaphoreLease {
+                namespace,
+                ttl_seconds,
+                ..
             } => {
-                v::simple_name("namespace_name", namespace)?;
+                ns(namespace)?;
                 v::lease_ttl(*ttl_seconds)
             }
-            HierOp::RevokeLease { namespace, .. } => v::simple_name("namespace_name", namespace),
+            HierOp::RevokeLease { namespace, .. }
+            | HierOp::RevokeSemaphoreLease { namespace, .. } => ns(namespace),
             HierOp::AcquireLock {
                 namespace,
                 lock_name,
@@ -337,10 +348,10 @@ impl HierOp {
                 wait,
                 ..
             } => {
-                v::simple_name("namespace_name", namespace)?;
+                ns(namespace)?;
                 v::lock_name(lock_name)?;
                 v::metadata(metadata)?;
-                wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
+                waiter(wait)
             }
             HierOp::CancelWait {
                 namespace,
@@ -356,7 +367,7 @@ impl HierOp {
                 namespace,
                 lock_name,
             } => {
-                v::simple_name("namespace_name", namespace)?;
+                ns(namespace)?;
                 v::lock_name(lock_name)
             }
             HierOp::CreateSemaphore {
@@ -365,13 +376,7 @@ impl HierOp {
                 description,
                 permits,
                 metadata,
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("semaphore_name", name)?;
-                v::description(description)?;
-                v::permits("permits", *permits)?;
-                v::metadata(metadata)
-            }
+            } => semaphore(namespace, name, description, *permits, metadata),
             HierOp::UpdateSemaphore {
                 namespace,
                 name,
@@ -380,11 +385,7 @@ impl HierOp {
                 metadata,
                 expected_version,
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("semaphore_name", name)?;
-                v::description(description)?;
-                v::permits("permits", *permits)?;
-                v::metadata(metadata)?;
+                semaphore(namespace, name, description, *permits, metadata)?;
                 v::expected_version(*expected_version)
             }
             HierOp::DeleteSemaphore { namespace, name }
@@ -393,31 +394,7 @@ impl HierOp {
             }
             | HierOp::CancelSemaphoreWait {
                 namespace, name, ..
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("semaphore_name", name)
-            }
-            HierOp::CreateSemaphoreLease {
-                namespace,
-                process_id,
-                ttl_seconds,
-                ..
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::process_id(process_id)?;
-                v::lease_ttl(*ttl_seconds)
-            }
-            HierOp::RefreshSemaphoreLease {
-                namespace,
-                ttl_seconds,
-                ..
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::lease_ttl(*ttl_seconds)
-            }
-            HierOp::RevokeSemaphoreLease { namespace, .. } => {
-                v::simple_name("namespace_name", namespace)
-            }
+            } => record(namespace, "semaphore_name", name),
             HierOp::AcquireSemaphore {
                 namespace,
                 name,
@@ -426,11 +403,10 @@ impl HierOp {
                 wait,
                 ..
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("semaphore_name", name)?;
+                record(namespace, "semaphore_name", name)?;
                 v::permits("weight", *weight)?;
                 v::metadata(metadata)?;
-                wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
+                waiter(wait)
             }
             HierOp::CreateWaitGroup {
                 namespace,
@@ -440,17 +416,14 @@ impl HierOp {
                 delete_after_finished_seconds,
                 metadata,
                 ..
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("wait_group_name", name)?;
-                v::description(description)?;
-                v::wait_group_counter(*counter)?;
-                v::retention(
-                    "delete_after_finished_seconds",
-                    *delete_after_finished_seconds,
-                )?;
-                v::metadata(metadata)
-            }
+            } => wait_group(
+                namespace,
+                name,
+                description,
+                *counter,
+                *delete_after_finished_seconds,
+                metadata,
+            ),
             HierOp::UpdateWaitGroup {
                 namespace,
                 name,
@@ -461,28 +434,25 @@ impl HierOp {
                 expected_version,
                 ..
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("wait_group_name", name)?;
-                v::description(description)?;
-                v::wait_group_counter(*counter)?;
-                v::retention(
-                    "delete_after_finished_seconds",
+                wait_group(
+                    namespace,
+                    name,
+                    description,
+                    *counter,
                     *delete_after_finished_seconds,
+                    metadata,
                 )?;
-                v::metadata(metadata)?;
                 v::expected_version(*expected_version)
             }
             HierOp::DeleteWaitGroup { namespace, name } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("wait_group_name", name)
+                record(namespace, "wait_group_name", name)
             }
             HierOp::CompleteJobs {
                 namespace,
                 name,
                 jobs,
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("wait_group_name", name)?;
+                record(namespace, "wait_group_name", name)?;
                 v::job_batch(jobs)
             }
             HierOp::CreateBarrier {
@@ -492,17 +462,14 @@ impl HierOp {
                 expected_processes,
                 delete_inactive_after_seconds,
                 metadata,
-            } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("barrier_name", name)?;
-                v::description(description)?;
-                v::expected_processes(*expected_processes)?;
-                v::retention(
-                    "delete_inactive_after_seconds",
-                    *delete_inactive_after_seconds,
-                )?;
-                v::metadata(metadata)
-            }
+            } => barrier(
+                namespace,
+                name,
+                description,
+                *expected_processes,
+                *delete_inactive_after_seconds,
+                metadata,
+            ),
             HierOp::UpdateBarrier {
                 namespace,
                 name,
@@ -512,21 +479,17 @@ impl HierOp {
                 metadata,
                 expected_version,
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("barrier_name", name)?;
-                v::description(description)?;
-                v::expected_processes(*expected_processes)?;
-                v::retention(
-                    "delete_inactive_after_seconds",
+                barrier(
+                    namespace,
+                    name,
+                    description,
+                    *expected_processes,
                     *delete_inactive_after_seconds,
+                    metadata,
                 )?;
-                v::metadata(metadata)?;
                 v::expected_version(*expected_version)
             }
-            HierOp::DeleteBarrier { namespace, name } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("barrier_name", name)
-            }
+            HierOp::DeleteBarrier { namespace, name } => record(namespace, "barrier_name", name),
             HierOp::ArriveAtBarrier {
                 namespace,
                 name,
@@ -534,8 +497,7 @@ impl HierOp {
                 expected_generation,
                 metadata,
             } => {
-                v::simple_name("namespace_name", namespace)?;
-                v::simple_name("barrier_name", name)?;
+                record(namespace, "barrier_name", name)?;
                 v::simple_name("process_id", process_id)?;
                 v::generation("expected_generation", *expected_generation)?;
                 v::metadata(metadata)
@@ -567,6 +529,76 @@ impl HierOp {
             _ => None,
         }
     }
+}
+
+/// A record of a namespace (a semaphore, wait group or barrier) named in `field`.
+fn record(namespace: &str, field: &str, name: &str) -> Result<(), CoreError> {
+    crate::validate::simple_name("namespace_name", namespace)?;
+    crate::validate::simple_name(field, name)
+}
+
+/// What every definition carries: a description and metadata.
+fn definition(description: &str, metadata: &BTreeMap<String, String>) -> Result<(), CoreError> {
+    crate::validate::description(description)?;
+    crate::validate::metadata(metadata)
+}
+
+/// A blocking call's waiter id, when it waits.
+fn waiter(wait: &Option<WaitSpec>) -> Result<(), CoreError> {
+    wait.as_ref()
+        .map_or(Ok(()), |w| crate::validate::waiter_id(&w.waiter_id))
+}
+
+/// The fields a semaphore is created or replaced with.
+fn semaphore(
+    namespace: &str,
+    name: &str,
+    description: &str,
+    permits: u64,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), CoreError> {
+    record(namespace, "semaphore_name", name)?;
+    crate::validate::description(description)?;
+    crate::validate::permits("permits", permits)?;
+    crate::validate::metadata(metadata)
+}
+
+/// The fields a wait group is created or replaced with.
+fn wait_group(
+    namespace: &str,
+    name: &str,
+    description: &str,
+    counter: u64,
+    delete_after_finished_seconds: u64,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), CoreError> {
+    record(namespace, "wait_group_name", name)?;
+    crate::validate::description(description)?;
+    crate::validate::wait_group_counter(counter)?;
+    crate::validate::retention(
+        "delete_after_finished_seconds",
+        delete_after_finished_seconds,
+    )?;
+    crate::validate::metadata(metadata)
+}
+
+/// The fields a barrier is created or replaced with.
+fn barrier(
+    namespace: &str,
+    name: &str,
+    description: &str,
+    expected_processes: u64,
+    delete_inactive_after_seconds: u64,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), CoreError> {
+    record(namespace, "barrier_name", name)?;
+    crate::validate::description(description)?;
+    crate::validate::expected_processes(expected_processes)?;
+    crate::validate::retention(
+        "delete_inactive_after_seconds",
+        delete_inactive_after_seconds,
+    )?;
+    crate::validate::metadata(metadata)
 }
 
 /// A successful answer.
