@@ -22,9 +22,10 @@ use serde::{Deserialize, Serialize};
 
 pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as ParticipantView};
 
-use crate::budget::{self, ByteBudget, Scratch};
+use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
+use crate::spaces::{Record, Spaces};
 use crate::{validate, Nanos, SECOND};
 
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
@@ -154,26 +155,28 @@ pub struct Arrival<'a> {
     pub metadata: &'a BTreeMap<String, String>,
 }
 
-type Key = (String, String);
 type Due = (Nanos, String, String, String);
 
 /// All barriers of all projects.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Barriers {
-    /// (project, namespace) → name → barrier; absent when the namespace has none.
-    spaces: OrdMap<Key, OrdMap<String, Barrier>>,
+    /// The barriers, their bytes and their wake topics.
+    records: Spaces<Barrier>,
     /// (deletion time, project, namespace, name): last activity + idle time.
     deletions: OrdSet<Due>,
-    /// Bytes each project is charged. Not state: counted again after decoding.
-    #[serde(skip)]
-    usage: Scratch<ByteBudget>,
-    /// Topics of barriers that tripped, changed or went away since the last collection.
-    #[serde(skip)]
-    woken: Scratch<Vec<String>>,
 }
 
-fn not_found() -> CoreError {
-    CoreError::NotFound("barrier".into())
+impl Record for Barrier {
+    const KIND: &'static str = "barrier";
+    const PLURAL: &'static str = "barriers";
+
+    fn bytes(&self, name: &str) -> usize {
+        Barrier::bytes(self, name)
+    }
+
+    fn topic(project: &str, namespace: &str, name: &str) -> String {
+        topic(project, namespace, name)
+    }
 }
 
 fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
@@ -183,46 +186,29 @@ fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
 impl Barriers {
     /// Lowers the per-project byte budget (tests).
     pub fn with_byte_quota(mut self, bytes: usize) -> Self {
-        self.usage.0.set_quota(bytes);
+        self.records.set_byte_quota(bytes);
         self
     }
 
     /// Topics of barriers that tripped, changed or were deleted since the last call.
     pub fn take_woken(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.woken.0)
+        self.records.take_woken()
     }
 
     /// Counts each project's bytes from the state (after a snapshot was decoded).
     pub fn count_usage(&mut self) {
-        self.usage.0.recount(self.counted_usage());
-    }
-
-    fn counted_usage(&self) -> BTreeMap<String, usize> {
-        let mut usage: BTreeMap<String, usize> = BTreeMap::new();
-        for ((project, _), barriers) in self.spaces.iter() {
-            let bytes: usize = barriers.iter().map(|(name, b)| b.bytes(name)).sum();
-            *usage.entry(project.clone()).or_default() += bytes;
-        }
-        usage.retain(|_, b| *b > 0);
-        usage
+        self.records.count_usage();
     }
 
     /// Bytes `project` is charged for its barriers.
     pub fn stored_bytes(&self, project: &str) -> usize {
-        self.usage.0.used(project)
+        self.records.stored_bytes(project)
     }
 
     fn barrier(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Barrier> {
-        (self.spaces.get(&(project.to_string(), ns.to_string())))
-            .and_then(|barriers| barriers.get(name))
+        (self.records.get(project, ns, name))
             .filter(|b| now < b.delete_at())
-            .ok_or_else(not_found)
-    }
-
-    fn barrier_mut(&mut self, project: &str, ns: &str, name: &str) -> Result<&mut Barrier> {
-        (self.spaces.get_mut(&(project.to_string(), ns.to_string())))
-            .and_then(|barriers| barriers.get_mut(name))
-            .ok_or_else(not_found)
+            .ok_or_else(Spaces::<Barrier>::not_found)
     }
 
     /// Deletes barriers idle past their time.
@@ -235,11 +221,7 @@ impl Barriers {
 
     /// Drops a deleted namespace's barriers; their waiting calls are woken.
     pub fn delete_namespace(&mut self, project: &str, ns: &str) {
-        let key = (project.to_string(), ns.to_string());
-        let names: Vec<String> = (self.spaces.get(&key))
-            .map(|barriers| barriers.keys().cloned().collect())
-            .unwrap_or_default();
-        for name in names {
+        for name in self.records.names(project, ns) {
             self.delete(project, ns, &name);
         }
     }
@@ -252,20 +234,9 @@ impl Barriers {
         spec: BarrierSpec<'_>,
         t: Nanos,
     ) -> Result<BarrierView> {
-        let key = (project.to_string(), ns.to_string());
-        let barriers = self.spaces.get(&key);
-        if barriers.is_some_and(|b| b.contains_key(name)) {
-            return Err(CoreError::AlreadyExists("barrier".into()));
-        }
-        if barriers.is_some_and(|b| b.len() >= MAX_BARRIERS_PER_NAMESPACE) {
-            return Err(CoreError::ResourceExhausted(
-                "namespace barrier quota reached".into(),
-            ));
-        }
+        (self.records).check_new(project, ns, name, MAX_BARRIERS_PER_NAMESPACE)?;
         let bytes = barrier_bytes(name, spec.description, spec.metadata);
-        let limit = MAX_BARRIER_BYTES_PER_PROJECT;
-        self.usage.0.check_room(project, bytes, limit, "barriers")?;
-        self.usage.0.charge(project, bytes);
+        (self.records).charge(project, bytes, MAX_BARRIER_BYTES_PER_PROJECT)?;
         let barrier = Barrier {
             description: spec.description.to_string(),
             expected: spec.expected_processes,
@@ -282,10 +253,7 @@ impl Barriers {
         let view = barrier.view(name);
         self.deletions
             .insert(due(barrier.delete_at(), project, ns, name));
-        self.spaces
-            .entry(key)
-            .or_default()
-            .insert(name.into(), barrier);
+        self.records.insert(project, ns, name, barrier);
         Ok(view)
     }
 
@@ -301,8 +269,7 @@ impl Barriers {
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<BarrierView> {
-        let mut usage = std::mem::take(&mut self.usage.0);
-        let result = self.barrier_mut(project, ns, name).and_then(|b| {
+        let change = self.records.change(project, ns, name, |b, usage| {
             if expected_version != Some(b.version) {
                 return Err(CoreError::invalid(
                     "expected_version",
@@ -336,30 +303,19 @@ impl Barriers {
             }
             Ok((old_delete_at, b.delete_at(), b.view(name)))
         });
-        self.usage.0 = usage;
-        let (old_at, new_at, view) = result?;
+        let (old_at, new_at, view) = change?;
         self.deletions.remove(&due(old_at, project, ns, name));
         self.deletions.insert(due(new_at, project, ns, name));
-        self.woken.0.push(topic(project, ns, name));
+        self.records.wake(project, ns, name);
         Ok(view)
     }
 
     /// Deletes a barrier and its participant records; absent is not an error.
     pub fn delete(&mut self, project: &str, ns: &str, name: &str) {
-        let key = (project.to_string(), ns.to_string());
-        let Some(barriers) = self.spaces.get_mut(&key) else {
-            return;
-        };
-        let Some(b) = barriers.remove(name) else {
-            return;
-        };
-        if barriers.is_empty() {
-            self.spaces.remove(&key);
+        if let Some(b) = self.records.remove(project, ns, name) {
+            self.deletions
+                .remove(&due(b.delete_at(), project, ns, name));
         }
-        self.usage.0.refund(project, b.bytes(name));
-        self.deletions
-            .remove(&due(b.delete_at(), project, ns, name));
-        self.woken.0.push(topic(project, ns, name));
     }
 
     /// Records an arrival (see the module rules). Answers the barrier and whether the
@@ -372,12 +328,9 @@ impl Barriers {
         a: Arrival<'_>,
         t: Nanos,
     ) -> Result<(BarrierView, bool)> {
-        let mut usage = std::mem::take(&mut self.usage.0);
-        let result = self
-            .barrier_mut(project, ns, name)
-            .and_then(|b| arrive_at(b, project, a, &mut usage, t));
-        self.usage.0 = usage;
-        let (old_at, arrived) = result?;
+        let (old_at, arrived) = (self.records).change(project, ns, name, |b, usage| {
+            arrive_at(b, project, a, usage, t)
+        })?;
         let b = self.barrier(project, ns, name, t)?;
         let (new_at, view) = (b.delete_at(), b.view(name));
         if let Some(old_at) = old_at {
@@ -385,7 +338,7 @@ impl Barriers {
             self.deletions.insert(due(new_at, project, ns, name));
         }
         if arrived == Arrived::Tripped {
-            self.woken.0.push(topic(project, ns, name));
+            self.records.wake(project, ns, name);
         }
         Ok((view, arrived != Arrived::Open))
     }
@@ -406,7 +359,7 @@ impl Barriers {
     ) -> Result<(Vec<BarrierView>, String, String)> {
         let limit = validate::page_limit(limit)?;
         let empty = OrdMap::new();
-        let barriers = (self.spaces.get(&(project.to_string(), ns.to_string()))).unwrap_or(&empty);
+        let barriers = self.records.space(project, ns).unwrap_or(&empty);
         let Page {
             items,
             next_token,
@@ -450,7 +403,7 @@ impl Barriers {
 
     /// (barriers, participant records) in the whole state.
     pub fn totals(&self) -> (usize, usize) {
-        let barriers = self.spaces.values().flat_map(|b| b.values());
+        let barriers = self.records.iter().map(|(_, _, _, b)| b);
         barriers.fold((0, 0), |(n, p), b| {
             let past: usize = b.past.iter().map(|(_, x)| x.len()).sum();
             (n + 1, p + b.arrived.len() + past)
@@ -459,40 +412,29 @@ impl Barriers {
 
     /// Every invariant, checked from scratch (tests).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.records.check_invariants()?;
         let mut deletions = OrdSet::new();
-        for ((project, ns), barriers) in self.spaces.iter() {
-            if barriers.is_empty() {
-                return Err(format!("{project}/{ns}: an empty space is kept"));
+        for (project, ns, name, b) in self.records.iter() {
+            if b.arrived.len() as u64 >= b.expected || b.expected == 0 {
+                return Err(format!(
+                    "{name}: {} arrived of {} expected without a trip",
+                    b.arrived.len(),
+                    b.expected
+                ));
             }
-            for (name, b) in barriers.iter() {
-                if b.arrived.len() as u64 >= b.expected || b.expected == 0 {
-                    return Err(format!(
-                        "{name}: {} arrived of {} expected without a trip",
-                        b.arrived.len(),
-                        b.expected
-                    ));
-                }
-                let kept: Vec<u64> = b.past.iter().map(|(g, _)| *g).collect();
-                let first = b.generation.saturating_sub(kept.len() as u64);
-                let expected_kept: Vec<u64> = (first..b.generation).collect();
-                if kept != expected_kept || kept.len() > KEPT_PAST_GENERATIONS {
-                    return Err(format!(
-                        "{name}: past generations {kept:?} at {}",
-                        b.generation
-                    ));
-                }
-                deletions.insert(due(b.delete_at(), project, ns, name));
+            let kept: Vec<u64> = b.past.iter().map(|(g, _)| *g).collect();
+            let first = b.generation.saturating_sub(kept.len() as u64);
+            let expected_kept: Vec<u64> = (first..b.generation).collect();
+            if kept != expected_kept || kept.len() > KEPT_PAST_GENERATIONS {
+                return Err(format!(
+                    "{name}: past generations {kept:?} at {}",
+                    b.generation
+                ));
             }
+            deletions.insert(due(b.delete_at(), project, ns, name));
         }
         if deletions != self.deletions {
             return Err("the deletion index does not match the barriers".into());
-        }
-        let counted = self.counted_usage();
-        if &counted != self.usage.0.totals() {
-            return Err(format!(
-                "usage kept {:?} != counted {counted:?}",
-                self.usage.0.totals()
-            ));
         }
         Ok(())
     }

@@ -44,6 +44,7 @@ pub mod project_locks;
 pub mod ratelimit;
 pub mod request_ids;
 pub mod semaphores;
+pub mod spaces;
 pub mod tenancy;
 pub mod validate;
 pub mod wait_groups;

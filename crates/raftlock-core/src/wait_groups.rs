@@ -23,9 +23,10 @@ pub use raftlock_api::wait_groups::{
     CompletedJob as CompletedJobView, WaitGroup as WaitGroupView, WaitGroupStatus,
 };
 
-use crate::budget::{self, ByteBudget, Scratch};
+use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
+use crate::spaces::{Record, Spaces};
 use crate::{validate, Nanos, SECOND};
 
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
@@ -145,28 +146,30 @@ pub struct GroupSpec<'a> {
     pub metadata: &'a BTreeMap<String, String>,
 }
 
-type Key = (String, String);
 type Due = (Nanos, String, String, String);
 
 /// All wait groups of all projects.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitGroups {
-    /// (project, namespace) → name → group; absent when the namespace has none.
-    spaces: OrdMap<Key, OrdMap<String, Group>>,
+    /// The groups, their bytes and their wake topics.
+    records: Spaces<Group>,
     /// (expires_at, project, namespace, name) of active groups.
     expiries: OrdSet<Due>,
     /// (delete time, project, namespace, name) of finished groups.
     deletions: OrdSet<Due>,
-    /// Bytes each project is charged. Not state: counted again after decoding.
-    #[serde(skip)]
-    usage: Scratch<ByteBudget>,
-    /// Topics of groups that finished, changed or went away since the last collection.
-    #[serde(skip)]
-    woken: Scratch<Vec<String>>,
 }
 
-fn not_found() -> CoreError {
-    CoreError::NotFound("wait group".into())
+impl Record for Group {
+    const KIND: &'static str = "wait group";
+    const PLURAL: &'static str = "wait groups";
+
+    fn bytes(&self, name: &str) -> usize {
+        Group::bytes(self, name)
+    }
+
+    fn topic(project: &str, namespace: &str, name: &str) -> String {
+        topic(project, namespace, name)
+    }
 }
 
 fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
@@ -176,44 +179,33 @@ fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
 impl WaitGroups {
     /// Lowers the per-project byte budget (tests).
     pub fn with_byte_quota(mut self, bytes: usize) -> Self {
-        self.usage.0.set_quota(bytes);
+        self.records.set_byte_quota(bytes);
         self
     }
 
     /// Topics of groups that finished, changed or were deleted since the last call. Not state.
     pub fn take_woken(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.woken.0)
+        self.records.take_woken()
     }
 
     /// Counts each project's bytes from the state (after a snapshot was decoded).
     pub fn count_usage(&mut self) {
-        self.usage.0.recount(self.counted_usage());
-    }
-
-    fn counted_usage(&self) -> BTreeMap<String, usize> {
-        let mut usage: BTreeMap<String, usize> = BTreeMap::new();
-        for ((project, _), groups) in self.spaces.iter() {
-            let bytes: usize = groups.iter().map(|(name, g)| g.bytes(name)).sum();
-            *usage.entry(project.clone()).or_default() += bytes;
-        }
-        usage.retain(|_, b| *b > 0);
-        usage
+        self.records.count_usage();
     }
 
     /// Bytes `project` is charged for its wait groups.
     pub fn stored_bytes(&self, project: &str) -> usize {
-        self.usage.0.used(project)
+        self.records.stored_bytes(project)
     }
 
     fn group(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Group> {
-        (self.spaces.get(&(project.to_string(), ns.to_string())))
-            .and_then(|groups| groups.get(name))
+        (self.records.get(project, ns, name))
             .filter(|g| g.visible_at(now))
-            .ok_or_else(not_found)
+            .ok_or_else(Spaces::<Group>::not_found)
     }
 
-    /// Runs `change` on the group (present, as every apply reaps first), keeping the space
-    /// only if something is left. `change` must leave the group untouched when it fails.
+    /// Runs `change` on the group (present, as every apply reaps first). `change` must leave
+    /// the group untouched when it fails.
     fn with_group<T>(
         &mut self,
         project: &str,
@@ -221,10 +213,7 @@ impl WaitGroups {
         name: &str,
         change: impl FnOnce(&mut Group, &mut ByteBudget) -> Result<T>,
     ) -> Result<T> {
-        let key = (project.to_string(), ns.to_string());
-        let groups = self.spaces.get_mut(&key).ok_or_else(not_found)?;
-        let group = groups.get_mut(name).ok_or_else(not_found)?;
-        change(group, &mut self.usage.0)
+        self.records.change(project, ns, name, change)
     }
 
     /// Marks a group finished at `at` and schedules its deletion.
@@ -236,7 +225,7 @@ impl WaitGroups {
         }) else {
             return;
         };
-        self.woken.0.push(topic(project, ns, name));
+        self.records.wake(project, ns, name);
         self.deletions.insert(due(delete_at, project, ns, name));
     }
 
@@ -255,11 +244,7 @@ impl WaitGroups {
 
     /// Drops a deleted namespace's wait groups; their waiting calls are woken.
     pub fn delete_namespace(&mut self, project: &str, ns: &str) {
-        let key = (project.to_string(), ns.to_string());
-        let names: Vec<String> = (self.spaces.get(&key))
-            .map(|groups| groups.keys().cloned().collect())
-            .unwrap_or_default();
-        for name in names {
+        for name in self.records.names(project, ns) {
             self.delete(project, ns, &name);
         }
     }
@@ -278,22 +263,9 @@ impl WaitGroups {
                 "must be at least 60 s in the future",
             ));
         }
-        let key = (project.to_string(), ns.to_string());
-        let groups = self.spaces.get(&key);
-        if groups.is_some_and(|g| g.contains_key(name)) {
-            return Err(CoreError::AlreadyExists("wait group".into()));
-        }
-        if groups.is_some_and(|g| g.len() >= MAX_WAIT_GROUPS_PER_NAMESPACE) {
-            return Err(CoreError::ResourceExhausted(
-                "namespace wait group quota reached".into(),
-            ));
-        }
+        (self.records).check_new(project, ns, name, MAX_WAIT_GROUPS_PER_NAMESPACE)?;
         let bytes = group_bytes(name, spec.description, spec.metadata);
-        let limit = MAX_WAIT_GROUP_BYTES_PER_PROJECT;
-        self.usage
-            .0
-            .check_room(project, bytes, limit, "wait groups")?;
-        self.usage.0.charge(project, bytes);
+        (self.records).charge(project, bytes, MAX_WAIT_GROUP_BYTES_PER_PROJECT)?;
         let group = Group {
             description: spec.description.to_string(),
             counter: spec.counter,
@@ -309,10 +281,7 @@ impl WaitGroups {
             metadata: spec.metadata.clone(),
         };
         let view = group.view(name, t);
-        self.spaces
-            .entry(key)
-            .or_default()
-            .insert(name.into(), group);
+        self.records.insert(project, ns, name, group);
         self.expiries
             .insert(due(spec.expires_at, project, ns, name));
         Ok(view)
@@ -377,29 +346,20 @@ impl WaitGroups {
         } else {
             self.expiries
                 .insert(due(spec.expires_at, project, ns, name));
-            self.woken.0.push(topic(project, ns, name));
+            self.records.wake(project, ns, name);
         }
         Ok(self.group(project, ns, name, t)?.view(name, t))
     }
 
     /// Deletes a group and its job records; absent is not an error.
     pub fn delete(&mut self, project: &str, ns: &str, name: &str) {
-        let key = (project.to_string(), ns.to_string());
-        let Some(groups) = self.spaces.get_mut(&key) else {
+        let Some(g) = self.records.remove(project, ns, name) else {
             return;
         };
-        let Some(g) = groups.remove(name) else {
-            return;
-        };
-        if groups.is_empty() {
-            self.spaces.remove(&key);
-        }
-        self.usage.0.refund(project, g.bytes(name));
         self.expiries.remove(&due(g.expires_at, project, ns, name));
         if let Some(at) = g.delete_at(g.finished_at) {
             self.deletions.remove(&due(at, project, ns, name));
         }
-        self.woken.0.push(topic(project, ns, name));
     }
 
     /// Records jobs as completed: ids seen before are ignored (their first report stays);
@@ -477,7 +437,7 @@ impl WaitGroups {
     ) -> Result<(Vec<WaitGroupView>, String, String)> {
         let limit = validate::page_limit(limit)?;
         let empty = OrdMap::new();
-        let groups = (self.spaces.get(&(project.to_string(), ns.to_string()))).unwrap_or(&empty);
+        let groups = self.records.space(project, ns).unwrap_or(&empty);
         let Page {
             items,
             next_token,
@@ -516,49 +476,38 @@ impl WaitGroups {
 
     /// (wait groups, completed job records) in the whole state.
     pub fn totals(&self) -> (usize, usize) {
-        let groups = self.spaces.values().flat_map(|g| g.values());
+        let groups = self.records.iter().map(|(_, _, _, g)| g);
         groups.fold((0, 0), |(n, jobs), g| (n + 1, jobs + g.jobs.len()))
     }
 
     /// Every invariant, checked from scratch (tests).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.records.check_invariants()?;
         let mut expiries = OrdSet::new();
         let mut deletions = OrdSet::new();
-        for ((project, ns), groups) in self.spaces.iter() {
-            if groups.is_empty() {
-                return Err(format!("{project}/{ns}: an empty space is kept"));
+        for (project, ns, name, g) in self.records.iter() {
+            let completed = g.jobs.len() as u64;
+            let consistent = match g.status {
+                Status::Active => completed < g.counter && g.finished_at == 0,
+                Status::Completed => completed == g.counter,
+                Status::Expired => completed < g.counter && g.finished_at == g.expires_at,
+            };
+            if !consistent || completed > g.counter {
+                return Err(format!(
+                    "{name}: {:?} with {completed}/{}",
+                    g.status, g.counter
+                ));
             }
-            for (name, g) in groups.iter() {
-                let completed = g.jobs.len() as u64;
-                let consistent = match g.status {
-                    Status::Active => completed < g.counter && g.finished_at == 0,
-                    Status::Completed => completed == g.counter,
-                    Status::Expired => completed < g.counter && g.finished_at == g.expires_at,
-                };
-                if !consistent || completed > g.counter {
-                    return Err(format!(
-                        "{name}: {:?} with {completed}/{}",
-                        g.status, g.counter
-                    ));
+            match g.status {
+                Status::Active => expiries.insert(due(g.expires_at, project, ns, name)),
+                _ => {
+                    let at = g.delete_at(g.finished_at).expect("finished");
+                    deletions.insert(due(at, project, ns, name))
                 }
-                match g.status {
-                    Status::Active => expiries.insert(due(g.expires_at, project, ns, name)),
-                    _ => {
-                        let at = g.delete_at(g.finished_at).expect("finished");
-                        deletions.insert(due(at, project, ns, name))
-                    }
-                };
-            }
+            };
         }
         if expiries != self.expiries || deletions != self.deletions {
             return Err("the expiry or deletion index does not match the groups".into());
-        }
-        let counted = self.counted_usage();
-        if &counted != self.usage.0.totals() {
-            return Err(format!(
-                "usage kept {:?} != counted {counted:?}",
-                self.usage.0.totals()
-            ));
         }
         Ok(())
     }
