@@ -8,13 +8,16 @@ use serde::{Deserialize, Serialize};
 use crate::barriers::{Arrival, BarrierSpec, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
-use crate::hierarchy::{Hierarchy, HierarchyV2, Quotas};
-use crate::project_locks::{LockRead, ProjectLocks, ProjectLocksV3};
+use crate::hierarchy::{Hierarchy, Quotas};
+use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
 use crate::wait_groups::{GroupSpec, WaitGroups};
 use crate::{validate, Nanos};
+
+mod compat;
+pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,89 +46,6 @@ pub struct StateMachine {
     wait_groups: WaitGroups,
     /// Barriers (inside the hierarchy's namespaces).
     barriers: Barriers,
-}
-
-/// [`StateMachine`] as snapshot format 3 laid it out (project locks with their eligibility
-/// index, now built again after decoding), so a node upgraded from that release can read its
-/// snapshot. Field order is the encoding: do not change it.
-#[derive(Debug, Deserialize)]
-pub struct StateMachineV3 {
-    time: Nanos,
-    projects: BTreeMap<String, ProjectSettings>,
-    key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocksV3,
-    hierarchy: Hierarchy,
-    request_ids: RequestIds,
-    semaphores: Semaphores,
-    wait_groups: WaitGroups,
-    barriers: Barriers,
-}
-
-impl From<StateMachineV3> for StateMachine {
-    fn from(v3: StateMachineV3) -> Self {
-        StateMachine {
-            time: v3.time,
-            projects: v3.projects,
-            key_index: v3.key_index,
-            project_locks: v3.project_locks.into(),
-            hierarchy: v3.hierarchy,
-            request_ids: v3.request_ids,
-            semaphores: v3.semaphores,
-            wait_groups: v3.wait_groups,
-            barriers: v3.barriers,
-        }
-    }
-}
-
-/// [`StateMachine`] as snapshot format 2 laid it out (before semaphores, wait groups and
-/// barriers, and before lock holders kept their arrival order), so a node upgraded
-/// from that release can read its snapshot. Field order is the encoding: do not change it.
-#[derive(Debug, Deserialize)]
-pub struct StateMachineV2 {
-    time: Nanos,
-    projects: BTreeMap<String, ProjectSettings>,
-    key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocksV3,
-    hierarchy: HierarchyV2,
-    request_ids: RequestIds,
-}
-
-impl From<StateMachineV2> for StateMachine {
-    fn from(v2: StateMachineV2) -> Self {
-        StateMachine {
-            time: v2.time,
-            projects: v2.projects,
-            key_index: v2.key_index,
-            project_locks: v2.project_locks.into(),
-            hierarchy: v2.hierarchy.into(),
-            request_ids: v2.request_ids,
-            ..Default::default()
-        }
-    }
-}
-
-/// [`StateMachine`] as snapshot format 1 laid it out (before request ids), so a node upgraded
-/// from that release can read its snapshot. Field order is the encoding: do not change it.
-#[derive(Debug, Deserialize)]
-pub struct StateMachineV1 {
-    time: Nanos,
-    projects: BTreeMap<String, ProjectSettings>,
-    key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocksV3,
-    hierarchy: HierarchyV2,
-}
-
-impl From<StateMachineV1> for StateMachine {
-    fn from(v1: StateMachineV1) -> Self {
-        StateMachine {
-            time: v1.time,
-            projects: v1.projects,
-            key_index: v1.key_index,
-            project_locks: v1.project_locks.into(),
-            hierarchy: v1.hierarchy.into(),
-            ..Default::default()
-        }
-    }
 }
 
 /// Counts of what a state holds ([`StateMachine::summary`]).
