@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 pub use raftlock_api::admin::{
     ClusterView, KeyInfo, KeyKind, Member, NewKey, Project, ProjectPatch as ProjectUpdate,
 };
-use raftlock_api::admin::{NewKeyRequest, NewLearnerRequest, NewProjectRequest, VotersRequest};
+use raftlock_api::admin::{
+    NewKeyRequest, NewLearnerRequest, NewProjectRequest, ProjectList, VotersRequest,
+};
 
 use crate::error::Result;
 use crate::locks::encode;
@@ -54,11 +56,7 @@ impl Client {
 
     /// `GET /admin/v1/projects`.
     pub async fn list_projects(&self) -> Result<Vec<Project>> {
-        #[derive(Deserialize)]
-        struct L {
-            projects: Vec<Project>,
-        }
-        let l: L = self
+        let l: ProjectList = self
             .send(Call::new(Method::GET, "/admin/v1/projects"))
             .await?
             .decode()?;

@@ -2,6 +2,12 @@
 //! `wait_for_wait_group` and `wait_at_barrier` block on the server up to their timeout; how
 //! they ended is their answer's `outcome`, not an error.
 
+use raftlock_api::barriers::{
+    BarrierResponse, ListBarrierParticipantsResponse, ListBarriersResponse,
+};
+use raftlock_api::wait_groups::{
+    ListWaitGroupCompletedJobsResponse, ListWaitGroupsResponse, WaitGroupResponse,
+};
 use std::time::Duration;
 
 use raftlock_api::barriers::{
@@ -23,7 +29,7 @@ pub use raftlock_api::wait_groups::{
 
 use crate::error::Result;
 use crate::hierarchy::{Metadata, Nanos, Page, PageRequest};
-use crate::transport::{Client, Retry};
+use crate::transport::Client;
 
 impl Client {
     /// `CreateWaitGroup` for `counter` jobs, expiring at `expires_at` (ns since the epoch, at
@@ -46,8 +52,10 @@ impl Client {
             delete_after_finished_seconds: retention.as_secs(),
             metadata,
         };
-        self.rpc_field("CreateWaitGroup", &body, Retry::Idempotent, "wait_group")
-            .await
+        self.rpc_field("CreateWaitGroup", &body, |r: WaitGroupResponse| {
+            r.wait_group
+        })
+        .await
     }
 
     /// `GetWaitGroup`.
@@ -56,13 +64,13 @@ impl Client {
             namespace_name: namespace.to_string(),
             wait_group_name: name.to_string(),
         };
-        self.rpc_field("GetWaitGroup", &body, Retry::Idempotent, "wait_group")
+        self.rpc_field("GetWaitGroup", &body, |r: WaitGroupResponse| r.wait_group)
             .await
     }
 
     /// `UpdateWaitGroup`: a full replacement of an active group, only at `expected_version`.
     pub async fn update_wait_group(&self, req: &UpdateWaitGroupRequest) -> Result<WaitGroup> {
-        self.rpc_field("UpdateWaitGroup", req, Retry::Idempotent, "wait_group")
+        self.rpc_field("UpdateWaitGroup", req, |r: WaitGroupResponse| r.wait_group)
             .await
     }
 
@@ -72,7 +80,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             wait_group_name: name.to_string(),
         };
-        self.rpc("DeleteWaitGroup", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("DeleteWaitGroup", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -88,7 +96,8 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListWaitGroups", &body, "wait_groups").await
+        self.rpc_page::<ListWaitGroupsResponse>("ListWaitGroups", &body)
+            .await
     }
 
     /// `CompleteJobsFromWaitGroup`: idempotent per job id, so retried freely.
@@ -106,8 +115,7 @@ impl Client {
         self.rpc_field(
             "CompleteJobsFromWaitGroup",
             &body,
-            Retry::Idempotent,
-            "wait_group",
+            |r: WaitGroupResponse| r.wait_group,
         )
         .await
     }
@@ -125,7 +133,7 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListWaitGroupCompletedJobs", &body, "jobs")
+        self.rpc_page::<ListWaitGroupCompletedJobsResponse>("ListWaitGroupCompletedJobs", &body)
             .await
     }
 
@@ -142,9 +150,7 @@ impl Client {
             wait_group_name: name.to_string(),
             timeout_seconds: timeout.as_secs(),
         };
-        let v = self
-            .rpc("WaitForWaitGroup", &body, Retry::Idempotent, timeout)
-            .await?;
+        let v = self.rpc("WaitForWaitGroup", &body, timeout).await?;
         serde_json::from_value(v).map_err(|e| self.protocol("WaitForWaitGroup", e))
     }
 
@@ -165,7 +171,7 @@ impl Client {
             delete_inactive_after_seconds: idle.as_secs(),
             metadata,
         };
-        self.rpc_field("CreateBarrier", &body, Retry::Idempotent, "barrier")
+        self.rpc_field("CreateBarrier", &body, |r: BarrierResponse| r.barrier)
             .await
     }
 
@@ -175,13 +181,13 @@ impl Client {
             namespace_name: namespace.to_string(),
             barrier_name: name.to_string(),
         };
-        self.rpc_field("GetBarrier", &body, Retry::Idempotent, "barrier")
+        self.rpc_field("GetBarrier", &body, |r: BarrierResponse| r.barrier)
             .await
     }
 
     /// `UpdateBarrier`: a full replacement, only at `expected_version`.
     pub async fn update_barrier(&self, req: &UpdateBarrierRequest) -> Result<Barrier> {
-        self.rpc_field("UpdateBarrier", req, Retry::Idempotent, "barrier")
+        self.rpc_field("UpdateBarrier", req, |r: BarrierResponse| r.barrier)
             .await
     }
 
@@ -191,7 +197,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             barrier_name: name.to_string(),
         };
-        self.rpc("DeleteBarrier", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("DeleteBarrier", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -207,7 +213,8 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListBarriers", &body, "barriers").await
+        self.rpc_page::<ListBarriersResponse>("ListBarriers", &body)
+            .await
     }
 
     /// `ArriveAtBarrier` at `generation`: idempotent per (generation, process), so retried
@@ -227,9 +234,7 @@ impl Client {
             expected_generation: generation,
             metadata,
         };
-        let v = self
-            .rpc("ArriveAtBarrier", &body, Retry::Idempotent, Duration::ZERO)
-            .await?;
+        let v = self.rpc("ArriveAtBarrier", &body, Duration::ZERO).await?;
         serde_json::from_value(v).map_err(|e| self.protocol("ArriveAtBarrier", e))
     }
 
@@ -248,9 +253,7 @@ impl Client {
             expected_generation: generation,
             timeout_seconds: timeout.as_secs(),
         };
-        let v = self
-            .rpc("WaitAtBarrier", &body, Retry::Idempotent, timeout)
-            .await?;
+        let v = self.rpc("WaitAtBarrier", &body, timeout).await?;
         serde_json::from_value(v).map_err(|e| self.protocol("WaitAtBarrier", e))
     }
 
@@ -269,7 +272,7 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListBarrierParticipants", &body, "participants")
+        self.rpc_page::<ListBarrierParticipantsResponse>("ListBarrierParticipants", &body)
             .await
     }
 }

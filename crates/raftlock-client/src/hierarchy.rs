@@ -4,15 +4,20 @@
 //! wire. A non-acquired `AcquireLock` is a normal answer ([`AcquireOutcome::Unavailable`],
 //! [`AcquireOutcome::TimedOut`]), not an error.
 
+use raftlock_api::hierarchy::{
+    ListLockLeasesResponse, ListLocksResponse, ListNamespacesResponse, LockLeaseResponse,
+    LockResponse, NamespaceResponse,
+};
 use std::time::Duration;
 
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::Result;
 use crate::transport::{Call, Client, Retry};
+use raftlock_api::methods::Effect;
 
 pub use raftlock_api::hierarchy::{
     AcquireLockRequest, AcquireLockResponse, AcquireOutcome, ContentionReason, Lock, LockHolder,
@@ -45,53 +50,96 @@ pub struct Page<T> {
     pub previous_pagination_token: String,
 }
 
-fn page<T: DeserializeOwned>(mut v: Value, field: &str) -> Result<Page<T>, serde_json::Error> {
-    let items = serde_json::from_value(v.get_mut(field).map(Value::take).unwrap_or(json!([])))?;
-    let token = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
-    Ok(Page {
-        items,
-        next_pagination_token: token(&v, "next_pagination_token"),
-        previous_pagination_token: token(&v, "previous_pagination_token"),
-    })
+/// A list method's response message: its items and both page tokens.
+pub(crate) trait Listing: DeserializeOwned {
+    type Item;
+    fn into_page(self) -> Page<Self::Item>;
+}
+
+macro_rules! listing {
+    ($($response:ty => $items:ident: $item:ty),* $(,)?) => {$(
+        impl Listing for $response {
+            type Item = $item;
+            fn into_page(self) -> Page<$item> {
+                Page {
+                    items: self.$items,
+                    next_pagination_token: self.next_pagination_token,
+                    previous_pagination_token: self.previous_pagination_token,
+                }
+            }
+        }
+    )*};
+}
+
+listing! {
+    raftlock_api::hierarchy::ListNamespacesResponse => namespaces: raftlock_api::hierarchy::Namespace,
+    raftlock_api::hierarchy::ListLockLeasesResponse => leases: raftlock_api::hierarchy::LockLease,
+    raftlock_api::hierarchy::ListLocksResponse => locks: raftlock_api::hierarchy::Lock,
+    raftlock_api::semaphores::ListSemaphoresResponse => semaphores: raftlock_api::semaphores::Semaphore,
+    raftlock_api::semaphores::ListSemaphoreHoldersResponse => holders: raftlock_api::semaphores::SemaphoreHolder,
+    raftlock_api::wait_groups::ListWaitGroupsResponse => wait_groups: raftlock_api::wait_groups::WaitGroup,
+    raftlock_api::wait_groups::ListWaitGroupCompletedJobsResponse => jobs: raftlock_api::wait_groups::CompletedJob,
+    raftlock_api::barriers::ListBarriersResponse => barriers: raftlock_api::barriers::Barrier,
+    raftlock_api::barriers::ListBarrierParticipantsResponse => participants: raftlock_api::barriers::BarrierParticipant,
+}
+
+/// How a call of hierarchical `method` may be repeated, from the method registry: a blocking
+/// acquire once (it waits on the server; its repeat is the same wait under the same request
+/// id), everything else until the failover budget is spent (the SDK sends one request id per
+/// call, so a once-only write is applied once however often it is sent).
+fn retry_of(method: &str) -> Retry {
+    match raftlock_api::methods::method(method) {
+        Some(m) if m.blocks && m.effect != Effect::Read => Retry::Once,
+        _ => Retry::Idempotent,
+    }
 }
 
 impl Client {
+    /// Calls hierarchical `method` (waiting on the server up to `wait`), answering its JSON.
     pub(crate) async fn rpc(
         &self,
         method: &str,
         body: &impl Serialize,
-        retry: Retry,
         wait: Duration,
     ) -> Result<Value> {
         let call = Call::new(Method::POST, format!("/v1beta/{method}"))
             .message(body)
-            .retry(retry)
+            .retry(retry_of(method))
             .extra_timeout(wait);
         self.send(call).await?.decode()
     }
 
-    pub(crate) async fn rpc_field<T: DeserializeOwned>(
+    /// Calls `method` and decodes its response message.
+    pub(crate) async fn rpc_as<R: DeserializeOwned>(
         &self,
         method: &str,
         body: &impl Serialize,
-        retry: Retry,
-        field: &str,
-    ) -> Result<T> {
-        let mut v = self.rpc(method, body, retry, Duration::ZERO).await?;
-        let inner = v.get_mut(field).map(Value::take).unwrap_or(Value::Null);
-        serde_json::from_value(inner).map_err(|e| self.protocol(method, e))
+        wait: Duration,
+    ) -> Result<R> {
+        let v = self.rpc(method, body, wait).await?;
+        serde_json::from_value(v).map_err(|e| self.protocol(method, e))
     }
 
-    pub(crate) async fn rpc_page<T: DeserializeOwned>(
+    /// Calls `method` and answers the part `pick` takes of its response message.
+    pub(crate) async fn rpc_field<R: DeserializeOwned, T>(
         &self,
         method: &str,
         body: &impl Serialize,
-        field: &str,
-    ) -> Result<Page<T>> {
-        let v = self
-            .rpc(method, body, Retry::Idempotent, Duration::ZERO)
-            .await?;
-        page(v, field).map_err(|e| self.protocol(method, e))
+        pick: impl FnOnce(R) -> T,
+    ) -> Result<T> {
+        Ok(pick(self.rpc_as(method, body, Duration::ZERO).await?))
+    }
+
+    /// Calls list `method` and answers its page.
+    pub(crate) async fn rpc_page<R: Listing>(
+        &self,
+        method: &str,
+        body: &impl Serialize,
+    ) -> Result<Page<R::Item>> {
+        Ok(self
+            .rpc_as::<R>(method, body, Duration::ZERO)
+            .await?
+            .into_page())
     }
 
     pub(crate) fn protocol(&self, method: &str, e: serde_json::Error) -> crate::Error {
@@ -113,7 +161,7 @@ impl Client {
             description: description.to_string(),
             metadata,
         };
-        self.rpc_field("CreateNamespace", &body, Retry::Idempotent, "namespace")
+        self.rpc_field("CreateNamespace", &body, |r: NamespaceResponse| r.namespace)
             .await
     }
 
@@ -122,7 +170,7 @@ impl Client {
         let body = NamespaceRequest {
             namespace_name: name.to_string(),
         };
-        self.rpc_field("GetNamespace", &body, Retry::Idempotent, "namespace")
+        self.rpc_field("GetNamespace", &body, |r: NamespaceResponse| r.namespace)
             .await
     }
 
@@ -130,7 +178,7 @@ impl Client {
     /// mismatching → `invalid_argument`, nothing changes.
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
         let body = req;
-        self.rpc_field("UpdateNamespace", &body, Retry::Idempotent, "namespace")
+        self.rpc_field("UpdateNamespace", &body, |r: NamespaceResponse| r.namespace)
             .await
     }
 
@@ -139,7 +187,7 @@ impl Client {
         let body = NamespaceRequest {
             namespace_name: name.to_string(),
         };
-        self.rpc("DeleteNamespace", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("DeleteNamespace", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -150,7 +198,8 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListNamespaces", &body, "namespaces").await
+        self.rpc_page::<ListNamespacesResponse>("ListNamespaces", &body)
+            .await
     }
 
     /// `CreateLockLease`: a new lease for `ttl` (1–300 s).
@@ -165,7 +214,7 @@ impl Client {
             process_id: process_id.to_string(),
             ttl_seconds: ttl.as_secs(),
         };
-        self.rpc_field("CreateLockLease", &body, Retry::Idempotent, "lease")
+        self.rpc_field("CreateLockLease", &body, |r: LockLeaseResponse| r.lease)
             .await
     }
 
@@ -182,7 +231,7 @@ impl Client {
             lease_id: lease_id.to_string(),
             ttl_seconds: ttl.as_secs(),
         };
-        self.rpc_field("RefreshLockLease", &body, Retry::Idempotent, "lease")
+        self.rpc_field("RefreshLockLease", &body, |r: LockLeaseResponse| r.lease)
             .await
     }
 
@@ -192,7 +241,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             lease_id: lease_id.to_string(),
         };
-        self.rpc("RevokeLockLease", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("RevokeLockLease", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -203,7 +252,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             lease_id: lease_id.to_string(),
         };
-        self.rpc_field("GetLockLease", &body, Retry::Idempotent, "lease")
+        self.rpc_field("GetLockLease", &body, |r: LockLeaseResponse| r.lease)
             .await
     }
 
@@ -220,15 +269,15 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListLockLeases", &body, "leases").await
+        self.rpc_page::<ListLockLeasesResponse>("ListLockLeases", &body)
+            .await
     }
 
     /// `AcquireLock`. Waits on the server up to `timeout_seconds`; contention is reported
     /// in the answer's `outcome`, not as an error.
     pub async fn acquire_lock(&self, req: &AcquireLockRequest) -> Result<AcquireLockResponse> {
         let wait = Duration::from_secs(req.timeout_seconds);
-        let v = self.rpc("AcquireLock", req, Retry::Once, wait).await?;
-        serde_json::from_value(v).map_err(|e| self.protocol("AcquireLock", e))
+        self.rpc_as("AcquireLock", req, wait).await
     }
 
     /// `ReleaseLock` (releasing what the lease does not hold is a no-op; a lease that does
@@ -244,7 +293,7 @@ impl Client {
             lock_name: lock_name.to_string(),
             lease_id: lease_id.to_string(),
         };
-        self.rpc_field("ReleaseLock", &body, Retry::Idempotent, "lock")
+        self.rpc_field("ReleaseLock", &body, |r: LockResponse| r.lock)
             .await
     }
 
@@ -254,7 +303,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             lock_name: lock_name.to_string(),
         };
-        self.rpc_field("GetLock", &body, Retry::Idempotent, "lock")
+        self.rpc_field("GetLock", &body, |r: LockResponse| r.lock)
             .await
     }
 
@@ -264,7 +313,7 @@ impl Client {
             namespace_name: namespace.to_string(),
             lock_name: lock_name.to_string(),
         };
-        self.rpc("DeleteLock", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("DeleteLock", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -276,13 +325,14 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListLocks", &body, "locks").await
+        self.rpc_page::<ListLocksResponse>("ListLocks", &body).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn acquire_answers_decode() {
@@ -303,8 +353,17 @@ mod tests {
     fn pages_decode() {
         let v = json!({"namespaces":[{"name":"n","description":"","metadata":{},"version":1,"created_at":5,"updated_at":5}],
                        "next_pagination_token":"t","previous_pagination_token":""});
-        let p: Page<Namespace> = page(v, "namespaces").unwrap();
+        let r: raftlock_api::hierarchy::ListNamespacesResponse = serde_json::from_value(v).unwrap();
+        let p: Page<Namespace> = r.into_page();
         assert_eq!(p.items.len(), 1);
         assert_eq!(p.next_pagination_token, "t");
+    }
+
+    #[test]
+    fn only_blocking_acquires_are_sent_once() {
+        assert_eq!(retry_of("AcquireLock"), Retry::Once);
+        assert_eq!(retry_of("AcquireSemaphore"), Retry::Once);
+        assert_eq!(retry_of("WaitAtBarrier"), Retry::Idempotent);
+        assert_eq!(retry_of("ReleaseLock"), Retry::Idempotent);
     }
 }

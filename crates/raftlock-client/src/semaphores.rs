@@ -2,6 +2,10 @@
 //! `POST /v1beta/{Method}`. A non-acquired `AcquireSemaphore` is a normal answer (its
 //! `outcome`), not an error; a granted one carries the hold's fencing token.
 
+use raftlock_api::hierarchy::{ListLockLeasesResponse, LockLeaseResponse};
+use raftlock_api::semaphores::{
+    ListSemaphoreHoldersResponse, ListSemaphoresResponse, SemaphoreResponse,
+};
 use std::time::Duration;
 
 pub use raftlock_api::semaphores::{
@@ -15,7 +19,7 @@ use raftlock_api::semaphores::{
 
 use crate::error::Result;
 use crate::hierarchy::{LockLease, Metadata, Page, PageRequest};
-use crate::transport::{Client, Retry};
+use crate::transport::Client;
 use raftlock_api::hierarchy::{
     CreateLockLeaseRequest, LeaseRequest, ListLockLeasesRequest, RefreshLockLeaseRequest,
 };
@@ -51,28 +55,28 @@ impl Client {
             permits,
             metadata,
         };
-        self.rpc_field("CreateSemaphore", &body, Retry::Idempotent, "semaphore")
+        self.rpc_field("CreateSemaphore", &body, |r: SemaphoreResponse| r.semaphore)
             .await
     }
 
     /// `GetSemaphore`.
     pub async fn get_semaphore(&self, namespace: &str, name: &str) -> Result<Semaphore> {
         let body = semaphore_request(namespace, name);
-        self.rpc_field("GetSemaphore", &body, Retry::Idempotent, "semaphore")
+        self.rpc_field("GetSemaphore", &body, |r: SemaphoreResponse| r.semaphore)
             .await
     }
 
     /// `UpdateSemaphore`: a full replacement, applied only if `expected_version` is current;
     /// `permits` may not go below what is held.
     pub async fn update_semaphore(&self, req: &UpdateSemaphoreRequest) -> Result<Semaphore> {
-        self.rpc_field("UpdateSemaphore", req, Retry::Idempotent, "semaphore")
+        self.rpc_field("UpdateSemaphore", req, |r: SemaphoreResponse| r.semaphore)
             .await
     }
 
     /// `DeleteSemaphore`: drops its holders and waiters (absent → `Ok`).
     pub async fn delete_semaphore(&self, namespace: &str, name: &str) -> Result<()> {
         let body = semaphore_request(namespace, name);
-        self.rpc("DeleteSemaphore", &body, Retry::Idempotent, Duration::ZERO)
+        self.rpc("DeleteSemaphore", &body, Duration::ZERO)
             .await
             .map(|_| ())
     }
@@ -88,7 +92,8 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListSemaphores", &body, "semaphores").await
+        self.rpc_page::<ListSemaphoresResponse>("ListSemaphores", &body)
+            .await
     }
 
     /// `ListSemaphoreHolders`, in the order the holds were first granted.
@@ -104,7 +109,7 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListSemaphoreHolders", &body, "holders")
+        self.rpc_page::<ListSemaphoreHoldersResponse>("ListSemaphoreHolders", &body)
             .await
     }
 
@@ -116,8 +121,7 @@ impl Client {
         req: &AcquireSemaphoreRequest,
     ) -> Result<AcquireSemaphoreResponse> {
         let wait = Duration::from_secs(req.timeout_seconds);
-        let v = self.rpc("AcquireSemaphore", req, Retry::Once, wait).await?;
-        serde_json::from_value(v).map_err(|e| self.protocol("AcquireSemaphore", e))
+        self.rpc_as("AcquireSemaphore", req, wait).await
     }
 
     /// `ReleaseSemaphore` (releasing what the lease does not hold changes nothing; a lease
@@ -133,8 +137,10 @@ impl Client {
             semaphore_name: name.to_string(),
             lease_id: lease_id.to_string(),
         };
-        self.rpc_field("ReleaseSemaphore", &body, Retry::Idempotent, "semaphore")
-            .await
+        self.rpc_field("ReleaseSemaphore", &body, |r: SemaphoreResponse| {
+            r.semaphore
+        })
+        .await
     }
 
     /// `CreateSemaphoreLease`: a new semaphore lease for `ttl` (1–300 s).
@@ -149,14 +155,16 @@ impl Client {
             process_id: process_id.to_string(),
             ttl_seconds: ttl.as_secs(),
         };
-        self.rpc_field("CreateSemaphoreLease", &body, Retry::Idempotent, "lease")
-            .await
+        self.rpc_field("CreateSemaphoreLease", &body, |r: LockLeaseResponse| {
+            r.lease
+        })
+        .await
     }
 
     /// `GetSemaphoreLease` (`not_found` when absent or expired).
     pub async fn get_semaphore_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
         let body = lease_request(namespace, lease_id);
-        self.rpc_field("GetSemaphoreLease", &body, Retry::Idempotent, "lease")
+        self.rpc_field("GetSemaphoreLease", &body, |r: LockLeaseResponse| r.lease)
             .await
     }
 
@@ -172,21 +180,18 @@ impl Client {
             lease_id: lease_id.to_string(),
             ttl_seconds: ttl.as_secs(),
         };
-        self.rpc_field("RefreshSemaphoreLease", &body, Retry::Idempotent, "lease")
-            .await
+        self.rpc_field("RefreshSemaphoreLease", &body, |r: LockLeaseResponse| {
+            r.lease
+        })
+        .await
     }
 
     /// `RevokeSemaphoreLease`: releases every permit the lease holds and deletes it.
     pub async fn revoke_semaphore_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
         let body = lease_request(namespace, lease_id);
-        self.rpc(
-            "RevokeSemaphoreLease",
-            &body,
-            Retry::Idempotent,
-            Duration::ZERO,
-        )
-        .await
-        .map(|_| ())
+        self.rpc("RevokeSemaphoreLease", &body, Duration::ZERO)
+            .await
+            .map(|_| ())
     }
 
     /// `ListSemaphoreLeases`, optionally only those of one `process_id`.
@@ -202,7 +207,8 @@ impl Client {
             limit: page.limit,
             pagination_token: page.pagination_token.clone(),
         };
-        self.rpc_page("ListSemaphoreLeases", &body, "leases").await
+        self.rpc_page::<ListLockLeasesResponse>("ListSemaphoreLeases", &body)
+            .await
     }
 }
 
