@@ -5,6 +5,8 @@
 //!   `d{i%1000}/l{i}`, half shared, half exclusive). The target is ≤ 2× between the two.
 //! * `project_acquire_release/{10,1000000}`: the same for a project lock with 10 or
 //!   1,000,000 held keys in the project.
+//! * `project_acquire_release_minted/10`: the same with 10 held, each op under a freshly
+//!   minted request id, as a node proposes every write that came without one.
 //! * `tick_reap_100_of_1m_leases`: one `Tick` that reaps 100 expiring leases (each holding one
 //!   lock) while ~1,000,000 other leases stay live. The state is built once; the 100 expiring
 //!   leases are created untimed before each tick, staggered by 1 ns so each tick reaps
@@ -206,6 +208,55 @@ fn bench_project_acquire_release(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same acquire + release with 10 keys held, each op proposed as a node proposes a write
+/// that came without a client's request id: under a freshly minted id (`Op::Once`), so the
+/// table of minted ids runs full (10,000 per project) and evicts as it does in service.
+fn bench_project_acquire_release_minted(c: &mut Criterion) {
+    use raftlock_core::request_ids::node_minted;
+    let mut sm = StateMachine::default();
+    apply_all(
+        &mut sm,
+        T0,
+        std::iter::once(Op::CreateProject { name: P.into() }),
+    );
+    let mut next_id = 0u128;
+    let mut once = |op: Op| {
+        next_id += 1;
+        Command {
+            stamp: T0,
+            ops: vec![Op::Once {
+                request_id: node_minted(next_id),
+                op: Box::new(op),
+            }],
+        }
+    };
+    let acquire = LockAction::Acquire {
+        token: u128::MAX,
+        ttl_seconds: 60,
+    };
+    let release = LockAction::Release { token: u128::MAX };
+    let mut group = c.benchmark_group("project_acquire_release_minted");
+    group.sample_size(50);
+    group.bench_function("10", |b| {
+        b.iter_batched(
+            || {
+                (
+                    once(project_lock("bench".into(), acquire.clone())),
+                    once(project_lock("bench".into(), release.clone())),
+                )
+            },
+            |(acquire_cmd, release_cmd)| {
+                let out = sm.apply(black_box(&acquire_cmd));
+                assert!(out[0].is_ok());
+                black_box(out);
+                black_box(sm.apply(black_box(&release_cmd)));
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
 /// ~1,000,000 live leases; ticks that each reap exactly 100 leases holding one lock each.
 ///
 /// Time only moves forward, and a lease lives at least 1 s, so expiring leases are created
@@ -390,6 +441,7 @@ criterion_group!(
     bench_list_filtered,
     bench_hier_acquire_release,
     bench_project_acquire_release,
+    bench_project_acquire_release_minted,
     bench_tick_reap,
     bench_snapshot
 );
