@@ -643,6 +643,11 @@ impl Cluster {
         self.nodes.keys().copied().collect()
     }
 
+    /// The `--peers` value every node was started with.
+    pub fn peers_arg(&self) -> String {
+        self.peers.clone()
+    }
+
     pub fn addr(&self, id: u64) -> String {
         self.nodes[&id].addr.clone()
     }

@@ -21,6 +21,50 @@ fn cli(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Restores `file` into `data_dir` as node `id` of `peers`, under `restore_id` (minted by this
+/// restore when `None`); answers the restore's JSON report.
+fn restore(
+    file: &Path,
+    id: u64,
+    data_dir: &Path,
+    peers: &str,
+    restore_id: Option<&str>,
+) -> Result<Value> {
+    let id = id.to_string();
+    let mut args = vec![
+        "snapshot",
+        "restore",
+        "--json",
+        file.to_str().unwrap(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--node-id",
+        &id,
+        "--peers",
+        peers,
+    ];
+    if let Some(restore_id) = restore_id {
+        args.extend(["--restore-id", restore_id]);
+    }
+    Ok(serde_json::from_str(&cli(&args)?)?)
+}
+
+/// A `Cluster::start_prepared` step restoring every node from `file` as one restore: the
+/// first node's restore mints the restore id, the others are given it.
+fn restorer(file: &Path) -> impl Fn(u64, &Path, &str) -> Result<()> + '_ {
+    let minted = std::sync::Mutex::new(None::<String>);
+    move |id, data_dir, peers| {
+        let given = minted.lock().unwrap().clone();
+        let report = restore(file, id, data_dir, peers, given.as_deref())?;
+        let restore_id = report["restore_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        minted.lock().unwrap().get_or_insert(restore_id);
+        Ok(())
+    }
+}
+
 fn endpoints(cluster: &Cluster) -> String {
     cluster
         .ids()
@@ -157,20 +201,7 @@ async fn a_restored_cluster_has_every_lock_lease_namespace_key_and_waiter_and_hi
     assert!(err.contains("damaged"), "{err}");
     assert!(!target.join("snapshot").exists());
 
-    let restore = |id: u64, data_dir: &Path, peers: &str| -> Result<()> {
-        cli(&[
-            "snapshot",
-            "restore",
-            file.to_str().unwrap(),
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-            "--node-id",
-            &id.to_string(),
-            "--peers",
-            peers,
-        ])?;
-        Ok(())
-    };
+    let restore = restorer(&file);
     let cluster = Cluster::start_prepared(3, &restore).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
     let follower = cluster.other_than(&[leader]);
@@ -245,5 +276,210 @@ async fn a_restored_cluster_has_every_lock_lease_namespace_key_and_waiter_and_hi
         view["term"],
         fresh.fencing()
     );
+    Ok(())
+}
+
+/// Saves a backup of a small cluster (one lock held) into `file`; answers the holder's key
+/// and fencing token. `env` runs the nodes on skewed clocks when set.
+async fn backup_of_a_cluster(
+    file: &Path,
+    env: std::collections::BTreeMap<u64, Vec<(String, String)>>,
+) -> Result<(String, u64)> {
+    let cluster = Cluster::start_with_env(3, env).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let locks = Locks::new(&cluster, 1, &key);
+    let held = locks.acquire("held", &token(), 300).await?;
+    assert_eq!(held.status, 200, "{held:?}");
+    cli(&[
+        "snapshot",
+        "save",
+        file.to_str().unwrap(),
+        "--endpoints",
+        &endpoints(&cluster),
+        "--platform-token",
+        &cluster.platform,
+    ])?;
+    Ok((key, held.fencing()))
+}
+
+/// Two restores of one backup with the same `--peers` (a retried drill, a second site) are two
+/// clusters: different cluster ids and fencing tokens, and a node of one restore started in
+/// place of a node of the other is refused and changes nothing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_restores_of_one_backup_are_two_clusters() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("cluster.backup");
+    let (key, _) = backup_of_a_cluster(&file, Default::default()).await?;
+
+    // Offline, with identical --peers: each restore is its own cluster.
+    let peers = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
+    let a = restore(&file, 1, &dir.path().join("a1"), peers, None)?;
+    let b = restore(&file, 1, &dir.path().join("b1"), peers, None)?;
+    assert_ne!(a["cluster_id"], b["cluster_id"], "{a} {b}");
+    assert_ne!(
+        a["fencing_tokens_skipped"], b["fencing_tokens_skipped"],
+        "{a} {b}"
+    );
+    // The nodes of one restore agree.
+    let a2 = restore(
+        &file,
+        2,
+        &dir.path().join("a2"),
+        peers,
+        a["restore_id"].as_str(),
+    )?;
+    assert_eq!(a["cluster_id"], a2["cluster_id"]);
+
+    // Live: restore A (three nodes) and restore B (one node), the same fresh key on each.
+    let cluster_a = Cluster::start_prepared(3, &restorer(&file)).await?;
+    let cluster_b = Cluster::start_prepared(1, &restorer(&file)).await?;
+    let leader_a = cluster_a.wait_for_leader(Duration::from_secs(10)).await?;
+    cluster_b.wait_for_leader(Duration::from_secs(10)).await?;
+    let fresh_a = Locks::new(&cluster_a, leader_a, &key)
+        .acquire("fresh", &token(), 30)
+        .await?;
+    let fresh_b = Locks::new(&cluster_b, 1, &key)
+        .acquire("fresh", &token(), 30)
+        .await?;
+    assert_eq!((fresh_a.status, fresh_b.status), (200, 200));
+    assert_ne!(
+        fresh_a.fencing(),
+        fresh_b.fencing(),
+        "one token in two clusters"
+    );
+    let id_a = cluster_a.view(leader_a).await.unwrap()["cluster_id"].clone();
+    let id_b = cluster_b.view(1).await.unwrap()["cluster_id"].clone();
+    assert_ne!(id_a, id_b);
+
+    // A node of restore B, prepared with A's peers, takes the place of one of A's nodes.
+    let mut cluster_a = cluster_a;
+    let swapped = cluster_a.other_than(&[leader_a]);
+    let a_peers = cluster_a.peers_arg();
+    let b_dir = dir.path().join("b-swapped");
+    restore(
+        &file,
+        swapped,
+        &b_dir,
+        &a_peers,
+        Some("01890a5d-ac96-774b-bcce-b302099a8057"),
+    )?;
+    let b_snapshot = std::fs::read(b_dir.join("snapshot"))?;
+    cluster_a.terminate(swapped)?;
+    let a_dir = cluster_a.data_dir(swapped);
+    std::fs::remove_dir_all(&a_dir)?;
+    copy_dir(&b_dir, &a_dir)?;
+    cluster_a.restart(swapped)?;
+    // A keeps working on its two nodes; the stranger is refused and takes nothing from A.
+    let locks_a = Locks::new(&cluster_a, leader_a, &key);
+    for i in 0..5 {
+        let r = locks_a
+            .acquire(&format!("after-swap-{i}"), &token(), 30)
+            .await?;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    eventually(
+        Duration::from_secs(10),
+        "the stranger refusing A",
+        || async {
+            let text = cluster_a.metrics_text(swapped).await?;
+            text.lines()
+                .any(|l| l.starts_with("raftlock_peer_refused_total") && !l.ends_with(" 0"))
+                .then_some(())
+        },
+    )
+    .await?;
+    let view = cluster_a.view(swapped).await.unwrap();
+    assert_ne!(view["cluster_id"], id_a, "{view}");
+    cluster_a.terminate(swapped)?;
+    assert_eq!(
+        std::fs::read(a_dir.join("snapshot"))?,
+        b_snapshot,
+        "the stranger's snapshot was replaced"
+    );
+    let wal_bytes: u64 = std::fs::read_dir(&a_dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum();
+    assert!(
+        wal_bytes < 4096,
+        "the stranger's log took {wal_bytes} bytes of A's entries"
+    );
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+    }
+    Ok(())
+}
+
+/// A backup restored 20 s after it was saved (the source cluster's clocks 20 s behind, so the
+/// backup's time is 20 s old on the restoring machine's clock): the restored cluster's time
+/// starts from real time — clock offsets within 1 s, a 30 s lease promised 30 ± 2 s ahead, and
+/// `raftlock lock run --ttl 30` keeps its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restored_from_an_old_backup_runs_on_real_time() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("cluster.backup");
+    let skews: Vec<raftlock_tests::Skew> = (1..=3)
+        .map(|id| raftlock_tests::Skew::new(dir.path().join(format!("s{id}")), -20_000))
+        .collect::<Result<_>>()?;
+    let env = (1..=3)
+        .map(|id| (id, skews[id as usize - 1].env()))
+        .collect();
+    let (key, _) = backup_of_a_cluster(&file, env).await?;
+    let inspected: Value = serde_json::from_str(&cli(&[
+        "snapshot",
+        "inspect",
+        file.to_str().unwrap(),
+        "--json",
+    ])?)?;
+    let age_ms =
+        raftlock_tests::unix_now() * 1000.0 - inspected["taken_at_ms"].as_f64().unwrap_or(0.0);
+    assert!(age_ms > 19_000.0, "the backup is {age_ms} ms old");
+
+    // The nodes start a while after the restore, as they do when an operator prepares every
+    // node's directory first.
+    let inner = restorer(&file);
+    let later = |id: u64, dir: &Path, peers: &str| -> Result<()> {
+        inner(id, dir, peers)?;
+        if id == 3 {
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        Ok(())
+    };
+    let cluster = Cluster::start_prepared(3, &later).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let locks = Locks::new(&cluster, cluster.other_than(&[leader]), &key);
+    let asked = raftlock_tests::unix_now();
+    let granted = locks.acquire("fresh", &token(), 30).await?;
+    assert_eq!(granted.status, 200, "{granted:?}");
+    let expires = raftlock_tests::rfc3339_ns(granted.body["expires_at"].as_str().unwrap_or(""))
+        .unwrap_or(0) as f64
+        / 1e9;
+    assert!(
+        (expires - asked - 30.0).abs() <= 2.0,
+        "a 30 s lease expires {:.1} s ahead",
+        expires - asked
+    );
+    for id in cluster.ids() {
+        let offset = eventually(Duration::from_secs(5), "an offset", || async {
+            cluster.view(id).await?["clock_offset_ms"].as_i64()
+        })
+        .await?;
+        assert!(offset.abs() <= 1000, "node {id}: clock offset {offset} ms");
+    }
+    let run = tokio::process::Command::new(raftlock_tests::binary())
+        .env("RAFTLOCK_ENDPOINTS", cluster.addr(leader))
+        .env("RAFTLOCK_KEY", &key)
+        .env_remove("RAFTLOCK_PLATFORM_TOKEN")
+        .args(["lock", "run", "job", "--ttl", "30", "--", "sleep", "5"])
+        .status()
+        .await?;
+    assert_eq!(run.code(), Some(0), "lock run");
     Ok(())
 }

@@ -10,10 +10,20 @@
 //! the new cluster's membership, and the new cluster's id. Nothing else: on start the node
 //! finds a snapshot and no log, and openraft purges the log up to the snapshot (its usual
 //! "snapshot installed, log not yet cleaned" path). The snapshot's log id has term 0, so the
-//! first election (term 1) appends above it. Fencing tokens jump forward by
-//! [`RESTORE_FENCING_SKIP`] so the restored cluster never reissues a token the old one may
-//! have handed out after the backup; the jump is a constant, so every node restored from the
-//! same file gets the same state whenever it is restored.
+//! first election (term 1) appends above it.
+//!
+//! Every restore of a cluster is one [`RestoreId`]: a UUID (version 7) minted by the first
+//! node's restore and given to every other node's, carrying the moment of the restore. From
+//! it and the backup alone each node's restore derives the same state, so the nodes agree:
+//! - the cluster id (`restored_cluster_id`): two restores of one backup — a retried drill, a
+//!   second site — are two clusters, and a node of one is refused by the other;
+//! - the fencing tokens: they jump forward by [`RESTORE_FENCING_SKIP`] (past any token the old
+//!   cluster may have handed out after the backup) plus a slot of [`RESTORE_SLOT_TOKENS`]
+//!   picked by the restore id among [`RESTORE_SLOTS`], so two restores of one backup hand out
+//!   different tokens (unless their ids fall in the same slot: 1 in 65,536);
+//! - the state's time: moved forward to the restore's moment (expired leases are reaped as a
+//!   tick at that time would), so the restored cluster's time starts from real time rather
+//!   than from the backup's, and a lease ends when its holder was told it would.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -47,6 +57,56 @@ pub const RESTORE_FENCING_SKIP: u64 = 1 << 45;
 /// Oldest backup a restore accepts: older, the old cluster could (at the assumed rate) have
 /// issued more tokens since than [`RESTORE_FENCING_SKIP`] skips.
 pub const MAX_BACKUP_AGE_SECONDS: u64 = RESTORE_FENCING_SKIP / MAX_TOKENS_PER_SECOND;
+/// How many token slots a restore picks from by its id, and how wide each is: 2^32 tokens,
+/// five days of writes at 10,000 a second before a cluster's tokens reach the next slot.
+/// Together they use 2^48 of the 2^52 tokens above 2^52.
+pub const RESTORE_SLOTS: u64 = 1 << 16;
+pub const RESTORE_SLOT_TOKENS: u64 = 1 << 32;
+
+/// One restore of a cluster: minted once, by the first node's restore, and given to every
+/// other node's so they derive the same state. A UUID of version 7, whose timestamp is the
+/// moment of the restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreId(Uuid);
+
+impl RestoreId {
+    /// A new restore, at this moment.
+    pub fn mint() -> Self {
+        RestoreId(Uuid::now_v7())
+    }
+
+    /// Reads an id printed by a restore; anything but a version-7 UUID is refused.
+    pub fn parse(text: &str) -> Result<Self, BackupError> {
+        let id = Uuid::try_parse(text.trim()).map_err(|e| {
+            BackupError::Restore(format!("--restore-id {text:?} is not a UUID: {e}"))
+        })?;
+        if id.get_version_num() != 7 {
+            return Err(BackupError::Restore(format!(
+                "--restore-id {text} was not minted by a restore (not a version-7 UUID)"
+            )));
+        }
+        Ok(RestoreId(id))
+    }
+
+    /// The moment of the restore (Unix ms).
+    pub fn at_ms(&self) -> i64 {
+        self.0.get_timestamp().map_or(0, |ts| {
+            let (secs, nanos) = ts.to_unix();
+            secs as i64 * 1000 + i64::from(nanos / 1_000_000)
+        })
+    }
+
+    /// The token slot this restore picks ([`RESTORE_SLOTS`]): from the id's random bits.
+    pub fn slot(&self) -> u64 {
+        (self.0.as_u128() as u64) % RESTORE_SLOTS
+    }
+}
+
+impl std::fmt::Display for RestoreId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// What a backup file says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,9 +202,11 @@ fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8]), BackupError> {
     Ok((header, body))
 }
 
-/// The fencing-token skip of a restore at `now_ms`: always [`RESTORE_FENCING_SKIP`]; refused
-/// for a backup older than [`MAX_BACKUP_AGE_SECONDS`], which the skip could not cover.
-pub fn fencing_skip(header: &BackupHeader, now_ms: i64) -> Result<u64, BackupError> {
+/// The fencing-token skip of `restore`: [`RESTORE_FENCING_SKIP`] past what the old cluster may
+/// have issued, plus the restore's slot; refused for a backup older than
+/// [`MAX_BACKUP_AGE_SECONDS`], which the skip could not cover.
+pub fn fencing_skip(header: &BackupHeader, restore: &RestoreId) -> Result<u64, BackupError> {
+    let now_ms = restore.at_ms();
     let age_s = (now_ms - header.taken_at_ms).max(0) as u64 / 1000;
     if age_s > MAX_BACKUP_AGE_SECONDS {
         return Err(BackupError::Restore(format!(
@@ -153,7 +215,7 @@ pub fn fencing_skip(header: &BackupHeader, now_ms: i64) -> Result<u64, BackupErr
             MAX_BACKUP_AGE_SECONDS / 86_400
         )));
     }
-    Ok(RESTORE_FENCING_SKIP)
+    Ok(RESTORE_FENCING_SKIP + restore.slot() * RESTORE_SLOT_TOKENS)
 }
 
 /// Refuses a header and a state that were not written together (frames of two backups).
@@ -166,27 +228,33 @@ fn check_matches(header: &BackupHeader, state: &SmData) -> Result<(), BackupErro
     Ok(())
 }
 
-/// The id every node of the cluster restored from `header` with `peers` gets: derived from
-/// both, so restoring each node separately gives them one id, and never the old cluster's.
-pub fn restored_cluster_id(header: &BackupHeader, peers: &BTreeMap<NodeId, String>) -> Uuid {
+/// The id every node of `restore` from `header` with `peers` gets: derived from all three, so
+/// restoring each node separately gives them one id, never the old cluster's, and never
+/// another restore's.
+pub fn restored_cluster_id(
+    header: &BackupHeader,
+    peers: &BTreeMap<NodeId, String>,
+    restore: &RestoreId,
+) -> Uuid {
     let seed = format!(
-        "raftlock-restore:{:?}:{:?}:{}:{:?}",
-        header.cluster_id, header.last_applied, header.taken_at_ms, peers
+        "raftlock-restore:{:?}:{:?}:{}:{:?}:{}",
+        header.cluster_id, header.last_applied, header.taken_at_ms, peers, restore
     );
     Uuid::new_v5(&Uuid::NAMESPACE_OID, seed.as_bytes())
 }
 
-/// Prepares the empty data directory `dir` as node `node_id` of a new cluster of `peers`
-/// holding the backed-up state, with fencing tokens moved forward by `skip`. Returns the new
-/// cluster id.
+/// Prepares the empty data directory `dir` as node `node_id` of `restore`, a new cluster of
+/// `peers` holding the backed-up state: tokens moved forward ([`fencing_skip`]), time moved
+/// to the restore's moment. Returns the new cluster id.
 pub fn restore_into(
     dir: &Path,
     header: &BackupHeader,
     mut state: SmData,
     node_id: NodeId,
     peers: &BTreeMap<NodeId, String>,
-    skip: u64,
+    restore: &RestoreId,
 ) -> Result<Uuid, BackupError> {
+    let skip = fencing_skip(header, restore)?;
     let fail = |e: &dyn std::fmt::Display| BackupError::Restore(format!("{}: {e}", dir.display()));
     if !peers.contains_key(&node_id) {
         return Err(BackupError::Restore(format!(
@@ -221,6 +289,13 @@ pub fn restore_into(
         .machine
         .skip_fencing_tokens(skip)
         .map_err(|e| fail(&e))?;
+    // Time starts from the restore's moment, not the backup's: a tick at that time, as the
+    // first entry after the restore would be (it reaps what expired meanwhile). Never back.
+    let restored_at = restore.at_ms().saturating_mul(1_000_000);
+    state.machine.apply(&raftlock_core::Command {
+        stamp: restored_at,
+        ops: Vec::new(),
+    });
     let index = header.last_applied.map_or(0, |id| id.index);
     let log_id = LogId::new(CommittedLeaderId::new(0, 0), index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
@@ -242,7 +317,7 @@ pub fn restore_into(
     };
     let os_dir: Arc<dyn Dir> = Arc::new(OsDir::open(&staging).map_err(|e| fail(&e))?);
     checked_file::save(&*os_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snapshot).map_err(|e| fail(&e))?;
-    let id = restored_cluster_id(header, peers);
+    let id = restored_cluster_id(header, peers, restore);
     ClusterIdentity::open_in(os_dir)
         .and_then(|identity| identity.set_new(id))
         .map_err(|e| fail(&e))?;
@@ -337,23 +412,71 @@ mod tests {
         assert!(err.contains("format 99"), "{err}");
     }
 
+    /// A restore id of `at_ms` whose random bits are `random`.
+    fn restore_at(at_ms: i64, random: u64) -> RestoreId {
+        let ts = uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (at_ms / 1000) as u64,
+            (at_ms % 1000) as u32 * 1_000_000,
+        );
+        let mut bytes = *Uuid::new_v7(ts).as_bytes();
+        bytes[8..].copy_from_slice(&(random | 0x8000_0000_0000_0000).to_be_bytes());
+        RestoreId(Uuid::from_bytes(bytes))
+    }
+
+    #[test]
+    fn two_restores_of_one_backup_are_two_clusters_with_their_own_tokens() {
+        let (header, _) = read(&write(&sample(), Some(Uuid::nil()), 1_000).unwrap()).unwrap();
+        let peers: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
+        let (a, b) = (restore_at(5_000, 1), restore_at(5_000, 2));
+        assert_ne!(
+            restored_cluster_id(&header, &peers, &a),
+            restored_cluster_id(&header, &peers, &b)
+        );
+        let (skip_a, skip_b) = (
+            fencing_skip(&header, &a).unwrap(),
+            fencing_skip(&header, &b).unwrap(),
+        );
+        assert!(
+            skip_a.abs_diff(skip_b) >= RESTORE_SLOT_TOKENS,
+            "{skip_a} {skip_b}"
+        );
+        assert!(skip_a.min(skip_b) >= RESTORE_FENCING_SKIP);
+        assert!(skip_a.max(skip_b) < RESTORE_FENCING_SKIP + RESTORE_SLOTS * RESTORE_SLOT_TOKENS);
+        // A minted id carries its moment, and only a version-7 id is taken.
+        let minted = RestoreId::mint();
+        assert!((minted.at_ms() - chrono_free_now_ms()).abs() < 5_000);
+        assert_eq!(RestoreId::parse(&minted.to_string()).unwrap(), minted);
+        assert!(RestoreId::parse(&Uuid::new_v4().to_string()).is_err());
+        assert!(RestoreId::parse("nope").is_err());
+    }
+
+    fn chrono_free_now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    }
+
     #[test]
     fn restore_prepares_a_directory_once_and_moves_fencing_forward() {
         let state = sample();
         let before = state.machine.summary().next_fencing_token;
         let before_semaphores = state.machine.summary().next_semaphore_fencing_token;
-        let bytes = write(&state, Some(Uuid::nil()), 1_000).unwrap();
+        let taken_at = 1_700_000_000_000; // the sample's own time, in ms
+        let bytes = write(&state, Some(Uuid::nil()), taken_at).unwrap();
         let (header, state) = read(&bytes).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let peers: BTreeMap<u64, String> = [(1, "a:1".to_string()), (2, "b:1".to_string())].into();
-        let skip = fencing_skip(&header, 2_000).unwrap();
-        let too_old = 1_000 + (MAX_BACKUP_AGE_SECONDS as i64 + 1) * 1000;
-        assert!(fencing_skip(&header, too_old).is_err());
-        let id = restore_into(dir.path(), &header, state.clone(), 1, &peers, skip).unwrap();
+        let restore = restore_at(taken_at + 20_000, 7);
+        let skip = fencing_skip(&header, &restore).unwrap();
+        let too_old = taken_at + (MAX_BACKUP_AGE_SECONDS as i64 + 1) * 1000;
+        assert!(fencing_skip(&header, &restore_at(too_old, 7)).is_err());
+        let id = restore_into(dir.path(), &header, state.clone(), 1, &peers, &restore).unwrap();
         assert_ne!(id, Uuid::nil(), "a new cluster id");
         assert_eq!(
             id,
-            restored_cluster_id(&header, &peers),
+            restored_cluster_id(&header, &peers, &restore),
             "the same for every node"
         );
         // The directory opens as a node whose state is the backup's, tokens moved forward.
@@ -368,9 +491,14 @@ mod tests {
             "semaphore tokens move forward too"
         );
         assert_eq!(restored.last_applied.unwrap().index, 42);
+        assert_eq!(
+            restored.machine.time(),
+            (taken_at + 20_000) * 1_000_000,
+            "time starts from the restore, 20 s after the backup"
+        );
         drop(restored);
         drop((_log, sm));
-        let again = restore_into(dir.path(), &header, state, 1, &peers, skip);
+        let again = restore_into(dir.path(), &header, state, 1, &peers, &restore);
         assert!(again.unwrap_err().to_string().contains("not empty"));
     }
 }

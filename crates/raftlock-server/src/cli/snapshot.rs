@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use raftlock_raft::backup::{self, BackupHeader};
+use raftlock_raft::backup::{self, BackupHeader, RestoreId};
 use serde_json::json;
 
 use super::{CmdResult, Conn, Failure};
@@ -27,8 +27,8 @@ pub enum SnapshotCmd {
     /// Print a backup's header and what its state holds.
     Inspect { file: PathBuf },
     /// Prepare an empty data directory as one node of a new cluster holding the backup's
-    /// state. Run it once per node with the same FILE and --peers; then start the nodes with
-    /// those --peers (no --join).
+    /// state. Run it once per node with the same FILE, --peers and --restore-id (the first
+    /// run mints the id and prints it); then start the nodes with those --peers (no --join).
     Restore {
         file: PathBuf,
         /// The new node's data directory (must not exist or be empty).
@@ -40,6 +40,11 @@ pub enum SnapshotCmd {
         /// The new cluster: `1=host:port,2=host:port,…` (peer addresses).
         #[arg(long)]
         peers: String,
+        /// This restore's id, printed by the restore of the first node: every node of one
+        /// restored cluster must be given the same. Omitted, a new one is minted — a new
+        /// cluster, with its own cluster id and fencing tokens.
+        #[arg(long)]
+        restore_id: Option<String>,
     },
 }
 
@@ -53,7 +58,15 @@ pub async fn run(args: SnapshotArgs) -> CmdResult {
             data_dir,
             node_id,
             peers,
-        } => restore(&conn, &file, &data_dir, node_id, &peers),
+            restore_id,
+        } => restore(
+            &conn,
+            &file,
+            &data_dir,
+            node_id,
+            &peers,
+            restore_id.as_deref(),
+        ),
     }
 }
 
@@ -83,7 +96,15 @@ fn write_durably(file: &Path, bytes: &[u8]) -> Result<(), Failure> {
     let mut f = std::fs::File::create(&tmp).map_err(fail)?;
     f.write_all(bytes).map_err(fail)?;
     f.sync_all().map_err(fail)?;
-    std::fs::rename(&tmp, file).map_err(fail)
+    std::fs::rename(&tmp, file).map_err(fail)?;
+    // The rename is durable only once the directory is synced.
+    let parent = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(fail)
 }
 
 fn read_file(file: &Path) -> Result<Vec<u8>, Failure> {
@@ -137,21 +158,44 @@ fn inspect(conn: &Conn, file: &Path) -> CmdResult {
     Ok(0)
 }
 
-fn restore(conn: &Conn, file: &Path, dir: &Path, node_id: u64, peers: &str) -> CmdResult {
+fn restore(
+    conn: &Conn,
+    file: &Path,
+    dir: &Path,
+    node_id: u64,
+    peers: &str,
+    restore_id: Option<&str>,
+) -> CmdResult {
     let peers =
         crate::config::parse_peers(peers).map_err(|e| Failure::error(format!("--peers: {e:#}")))?;
+    let restore = match restore_id {
+        Some(text) => RestoreId::parse(text).map_err(|e| Failure::error(e.to_string()))?,
+        None => RestoreId::mint(),
+    };
     let bytes = read_file(file)?;
     let (header, state) =
         backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
-    let now_ms = crate::clock::wall_clock() / 1_000_000;
-    let skip = backup::fencing_skip(&header, now_ms).map_err(|e| Failure::error(e.to_string()))?;
-    let id = backup::restore_into(dir, &header, state, node_id, &peers, skip)
+    let skip =
+        backup::fencing_skip(&header, &restore).map_err(|e| Failure::error(e.to_string()))?;
+    let id = backup::restore_into(dir, &header, state, node_id, &peers, &restore)
         .map_err(|e| Failure::error(e.to_string()))?;
+    let others = if restore_id.is_none() {
+        format!("; restore every other node of this cluster with --restore-id {restore}")
+    } else {
+        String::new()
+    };
     conn.emit(
-        &json!({ "data_dir": dir, "node_id": node_id, "cluster_id": id, "fencing_tokens_skipped": skip }),
+        &json!({
+            "data_dir": dir,
+            "node_id": node_id,
+            "cluster_id": id,
+            "restore_id": restore.to_string(),
+            "restored_at_ms": restore.at_ms(),
+            "fencing_tokens_skipped": skip,
+        }),
         || {
             format!(
-                "{} is node {node_id} of new cluster {id} (fencing tokens skipped: {skip}); start it with the same --peers",
+                "{} is node {node_id} of new cluster {id} (restore {restore}, fencing tokens skipped: {skip}){others}; start it with the same --peers",
                 dir.display()
             )
         },
