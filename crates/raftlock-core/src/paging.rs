@@ -241,7 +241,10 @@ mod tests {
             token = p.next_token;
         }
         assert_eq!(seen, ["k003", "k057", "k058", "k099"]);
-        assert!(pages >= 10, "each page looked at 10 entries at most: {pages}");
+        assert!(
+            pages >= 10,
+            "each page looked at 10 entries at most: {pages}"
+        );
         // An empty page still carries the way on.
         let p = paginate_scanning(&m, "", 2, |v| *v == 99, 10).unwrap();
         assert!(p.items.is_empty() && !p.next_token.is_empty());
