@@ -1,4 +1,4 @@
-//! Hardening (issue 12): requests refused for their shape never reach the log, so a flood of
+//! Hardening: requests refused for their shape never reach the log, so a flood of
 //! bad requests cannot fill the disks.
 
 use std::path::Path;

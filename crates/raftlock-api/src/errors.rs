@@ -60,6 +60,8 @@ codes! {
         InvalidRequest = "invalid_request",
         /// 401: missing or unknown credential.
         Unauthorized = "unauthorized",
+        /// 408: the request body did not arrive within the body-read deadline.
+        RequestTimeout = "request_timeout",
         /// 403: a credential of a kind or scope that may not call the route.
         Forbidden = "forbidden",
         /// 404: no such project (admin API).
@@ -94,6 +96,8 @@ codes! {
         InvalidArgument = "invalid_argument",
         /// 401: missing or unknown credential.
         Unauthenticated = "unauthenticated",
+        /// 408: the request body did not arrive within the body-read deadline.
+        DeadlineExceeded = "deadline_exceeded",
         /// 403: a credential that may not call lock methods.
         PermissionDenied = "permission_denied",
         /// 404: no such namespace, lease or lock.

@@ -6,7 +6,11 @@
 //!   connection is kept (hyper starts the timer whenever it waits for the next request head),
 //!   which is why the node's own HTTP clients drop idle connections sooner.
 //! - **Connection cap** (`--max-connections`): past it, new connections wait in the kernel's
-//!   accept queue instead of each taking memory and a task.
+//!   accept queue instead of each taking memory and a task — except [`PEER_RESERVE`] more,
+//!   kept for node-to-node traffic: a connection accepted on the reserve serves only
+//!   requests that present the cluster secret ([`ReservedForPeers`]; others are answered
+//!   `503` and the connection closed). Clients that fill the cap (slow bodies, idle
+//!   keep-alives) so cannot keep a peer from opening a Raft stream or forwarding a request.
 //! - **TLS** (optional, [`crate::tls`]): the handshake runs on the connection's own task
 //!   and must finish within the header-read timeout too; a failed handshake closes the
 //!   connection and is counted in `raftlock_tls_handshake_failures_total`.
@@ -30,6 +34,14 @@ use crate::tls::ServerTls;
 /// How long a client may take to send a request head (and how long an idle keep-alive
 /// connection stays open).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted past `--max-connections` for node-to-node traffic only.
+pub const PEER_RESERVE: usize = 8;
+
+/// Marks a request that arrived on a connection of the [`PEER_RESERVE`]: it is served only if
+/// it presents the cluster secret (`http::refuse_clients_on_reserve`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReservedForPeers;
+
 /// How long a stopping node waits for open requests to finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -44,6 +56,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let max_connections = max_connections.max(1);
     let permits = Arc::new(Semaphore::new(max_connections));
+    let reserve = Arc::new(Semaphore::new(PEER_RESERVE));
     // Flipped to `true` on shutdown: every connection finishes its request and closes.
     let (stopping, stop) = watch::channel(false);
     let mut builder = http1::Builder::new();
@@ -53,8 +66,11 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+        // A client slot when there is one; else one of the peers' reserve.
+        let (permit, reserved) = tokio::select! {
+            biased;
+            permit = permits.clone().acquire_owned() => (permit.expect("semaphore never closed"), false),
+            permit = reserve.clone().acquire_owned() => (permit.expect("semaphore never closed"), true),
             _ = &mut shutdown => break,
         };
         let (stream, _) = tokio::select! {
@@ -70,7 +86,11 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let service = if reserved {
+            TowerToHyperService::new(app.clone().layer(axum::Extension(ReservedForPeers)))
+        } else {
+            TowerToHyperService::new(app.clone())
+        };
         let (builder, stop) = (builder.clone(), stop.clone());
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         metrics::gauge!("raftlock_http_connections").increment(1.0);
@@ -107,10 +127,11 @@ pub async fn serve(
     let _ = stopping.send(true);
     // Every open connection holds a permit until it closes.
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
-    if tokio::time::timeout(DRAIN_TIMEOUT, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
+    let drained = async {
+        let _clients = permits.acquire_many(all).await;
+        let _peers = reserve.acquire_many(PEER_RESERVE as u32).await;
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("open requests did not finish within the drain timeout");
     }
     Ok(())

@@ -90,6 +90,22 @@ fn forbidden(d: Dialect, why: &str) -> ApiError {
     ApiError::new(d, StatusCode::FORBIDDEN, why)
 }
 
+/// The check a request passes before its body is read, from its headers alone: an admin
+/// route needs the platform token; a lock route a credential of a kind that could call it
+/// (a project key, whose hash the handler checks against the replicated keys once the body
+/// is in — a key created a moment ago may not have reached this follower yet). A client
+/// without credentials so never gets the node to read, or wait for, a body.
+pub fn admits_before_body(node: &Node, headers: &HeaderMap, path: &str) -> Result<(), ApiError> {
+    if path.starts_with("/admin/") {
+        return platform(node, headers);
+    }
+    let d = Dialect::of_path(path);
+    match classify(node, headers) {
+        Credential::Missing | Credential::Garbage => Err(unauthorized(d)),
+        _ => Ok(()),
+    }
+}
+
 /// Authenticates a lock-API caller and returns its project.
 pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<String, ApiError> {
     match classify(node, headers) {

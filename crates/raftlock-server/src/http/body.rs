@@ -33,15 +33,36 @@ where
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 64 * 1024;
 
-/// Reads the whole body, refusing more than [`MAX_BODY`] bytes with 413.
+/// How long a request body may take to arrive, once its head is in. A client that declares a
+/// body and trickles it (a byte every few seconds) would otherwise hold its connection, and
+/// one of the node's `--max-connections`, for as long as it likes; past this it is answered
+/// `408` and the connection closed. 64 KiB at most arrive well within it on any network.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads the whole body, refusing more than [`MAX_BODY`] bytes with 413 and a body that does
+/// not arrive within [`BODY_READ_TIMEOUT`] with 408.
 pub async fn read(body: Body, d: Dialect) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::new(
+    let read = axum::body::to_bytes(body, MAX_BODY);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::new(
             d,
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body exceeds {MAX_BODY} bytes"),
-        )
-    })
+        )),
+        Err(_) => {
+            metrics::counter!("raftlock_slow_bodies_shed_total").increment(1);
+            Err(ApiError::new(
+                d,
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body not received within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            )
+            .closing())
+        }
+    }
 }
 
 /// Decodes a JSON body; an empty body is decoded as `{}`. A number with a zero fraction

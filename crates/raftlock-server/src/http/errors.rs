@@ -50,6 +50,8 @@ pub struct ApiError {
     /// The request was never proposed, so the forwarding layer may send it to a new leader
     /// (see [`NotProposed`]).
     pub not_proposed: bool,
+    /// Answer with `Connection: close` (see [`ApiError::closing`]).
+    pub close: bool,
 }
 
 /// Response extension on a 503 whose request was never proposed (this node lost
@@ -63,6 +65,7 @@ impl ApiError {
         use raftlock_api::errors::{LocksErrorCode as L, RpcErrorCode as R};
         let code = match (dialect, status) {
             (Dialect::Locks, StatusCode::UNAUTHORIZED) => L::Unauthorized.as_str(),
+            (Dialect::Locks, StatusCode::REQUEST_TIMEOUT) => L::RequestTimeout.as_str(),
             (Dialect::Locks, StatusCode::FORBIDDEN) => L::Forbidden.as_str(),
             (Dialect::Locks, StatusCode::TOO_MANY_REQUESTS) => L::LockRateLimited.as_str(),
             (Dialect::Locks, StatusCode::SERVICE_UNAVAILABLE) => L::LockServiceUnavailable.as_str(),
@@ -71,6 +74,7 @@ impl ApiError {
             (Dialect::Locks, StatusCode::INTERNAL_SERVER_ERROR) => L::Internal.as_str(),
             (Dialect::Locks, _) => L::InvalidRequest.as_str(),
             (Dialect::Rpc, StatusCode::UNAUTHORIZED) => R::Unauthenticated.as_str(),
+            (Dialect::Rpc, StatusCode::REQUEST_TIMEOUT) => R::DeadlineExceeded.as_str(),
             (Dialect::Rpc, StatusCode::FORBIDDEN) => R::PermissionDenied.as_str(),
             (Dialect::Rpc, StatusCode::NOT_FOUND) => R::NotFound.as_str(),
             (Dialect::Rpc, StatusCode::CONFLICT) => R::AlreadyExists.as_str(),
@@ -87,7 +91,15 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             not_proposed: false,
+            close: false,
         }
+    }
+
+    /// Closes the connection after this answer: the request's body was not read (or not
+    /// whole), so the connection cannot carry another request.
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
     }
 
     /// Replaces the status's default code by a more precise one of the dialect.
@@ -208,6 +220,10 @@ impl IntoResponse for ApiError {
         }
         if self.not_proposed {
             resp.extensions_mut().insert(NotProposed);
+        }
+        if self.close {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

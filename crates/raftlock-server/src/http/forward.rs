@@ -72,6 +72,12 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         Ok(hops) => hops,
         Err(refusal) => return refusal.into_response(),
     };
+    if hops == 0 {
+        if let Err(refused) = auth::admits_before_body(&node, req.headers(), req.uri().path()) {
+            // The body stays unread: the connection cannot carry another request.
+            return refused.closing().into_response();
+        }
+    }
     let first_deadline = arrived + node.config.commit_timeout;
     let Some(leader) = node.wait_for_leader_until(first_deadline).await else {
         return ApiError::unavailable(dialect, "no leader").into_response();

@@ -92,13 +92,21 @@ pub fn router(node: SharedNode) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn(record_metrics))
-        .with_state(node)
+        .with_state(node.clone())
         .merge(internal)
+        .layer(middleware::from_fn_with_state(
+            node,
+            refuse_clients_on_reserve,
+        ))
         .layer(
             ServiceBuilder::new()
                 .layer(middleware::from_fn(idempotency::note))
                 .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(telemetry::request_span))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(telemetry::request_span)
+                        .on_failure(telemetry::on_server_error),
+                )
                 .layer(PropagateRequestIdLayer::new(request_id)),
         )
 }
@@ -108,6 +116,29 @@ pub fn router(node: SharedNode) -> Router {
 /// listener (and the peer routes need not be reachable from the client network).
 pub fn client_router(node: SharedNode) -> Router {
     router(node).layer(middleware::from_fn(refuse_peer_traffic))
+}
+
+/// On a connection accepted past `--max-connections` (`listener::PEER_RESERVE`), serves
+/// only node-to-node requests: those that present the cluster secret.
+async fn refuse_clients_on_reserve(
+    State(node): State<SharedNode>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let reserved = req
+        .extensions()
+        .get::<crate::listener::ReservedForPeers>()
+        .is_some();
+    if reserved && auth::admit_peer(&node, req.headers()).is_err() {
+        metrics::counter!("raftlock_connections_refused_total", "reason" => "max_connections")
+            .increment(1);
+        let d = Dialect::of_path(req.uri().path());
+        let message = "the node is at --max-connections; retry";
+        return ApiError::new(d, StatusCode::SERVICE_UNAVAILABLE, message)
+            .closing()
+            .into_response();
+    }
+    next.run(req).await
 }
 
 async fn refuse_peer_traffic(req: Request, next: Next) -> Response {
@@ -171,7 +202,7 @@ async fn record_metrics(req: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    let method = req.method().to_string();
+    let method = telemetry::method_label(req.method());
     let start = Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
