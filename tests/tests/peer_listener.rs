@@ -52,12 +52,36 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
         .await?;
     assert_ne!(peer_vote.status(), 404);
 
-    // Fill the leader's client listener with clients that legitimately hold their
-    // connections: blocking acquires waiting on a held lock (idle sockets would be closed
-    // by the header timeout).
+    starve_clients_then_restart_a_follower(cluster, &key, leader, follower).await
+}
+
+/// With one listener for clients and peers, the same: the leader's client slots full of
+/// blocking waits, a restarted follower still reaches the leader — on the connections kept
+/// past `--max-connections` for peers — catches up and serves, with no election. (Before
+/// that reserve its forwards queued behind the waits and timed out: seen failing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_listener_clients_cannot_starve_raft_either() -> Result<()> {
+    let cluster = Cluster::start_with(3, &["--max-connections", "64"]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let follower = cluster.other_than(&[leader]);
+    starve_clients_then_restart_a_follower(cluster, &key, leader, follower).await
+}
+
+/// Fills the leader's client slots with clients that legitimately hold their connections
+/// (blocking acquires waiting on a held lock; idle sockets would be closed by the header
+/// timeout), restarts `follower`, and checks that it serves and catches up without an
+/// election.
+async fn starve_clients_then_restart_a_follower(
+    mut cluster: Cluster,
+    key: &str,
+    leader: u64,
+    follower: u64,
+) -> Result<()> {
+    let http = reqwest::Client::new();
     let witness = cluster.other_than(&[leader, follower]);
     let term = cluster.metric(witness, "raftlock_raft_term").await;
-    let direct = Locks::new(&cluster, leader, &key);
+    let direct = Locks::new(&cluster, leader, key);
     let ok = |r: raftlock_tests::Answer| {
         assert_eq!(r.status, 200, "{r:?}");
         r.body
@@ -80,7 +104,7 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
     let mut waits = Vec::new();
     for i in 0..80 {
         let body = json!({ "namespace_name": "ns", "lock_name": format!("top/{i}"), "lease_id": waiters[i / 40], "exclusive": true, "timeout_seconds": 60 });
-        let req = http.post(&url).bearer_auth(&key).json(&body);
+        let req = http.post(&url).bearer_auth(key).json(&body);
         waits.push(tokio::spawn(
             async move { req.send().await.map(|r| r.status()) },
         ));
@@ -91,17 +115,22 @@ async fn peers_use_their_own_listener_and_clients_cannot_starve_raft() -> Result
         .timeout(Duration::from_millis(500))
         .build()?;
     let health = cluster.url(leader, "/healthz");
+    // (A new connection then waits in the accept queue, or lands on the peers' reserve,
+    // which answers a client 503 at once.)
     raftlock_tests::eventually(Duration::from_secs(10), "client listener full", || async {
-        probe.get(&health).send().await.is_err().then_some(())
+        let refused = match probe.get(&health).send().await {
+            Err(_) => true,
+            Ok(r) => r.status() == 503,
+        };
+        refused.then_some(())
     })
     .await?;
     // A follower restarted now needs new connections to the leader (pre-vote, forwards):
     // they go to the leader's peer listener, which the hogs cannot reach. (With one listener
     // for both, its forwards queue behind the hogs and time out: seen failing.)
-    let mut cluster = cluster;
     cluster.kill(follower);
     cluster.restart(follower)?;
-    let via_follower = Locks::new(&cluster, follower, &key);
+    let via_follower = Locks::new(&cluster, follower, key);
     raftlock_tests::eventually(
         Duration::from_secs(10),
         "restarted follower serving",
