@@ -340,3 +340,13 @@ mod tests {
         assert!(args.resolve().is_err());
     }
 }
+
+/// The timing the election driver and the pre-vote share (`crate::election`).
+#[derive(Debug, Clone, Copy)]
+pub struct ElectionTiming {
+    /// openraft's leader lease: a follower refuses to vote while it heard from its leader
+    /// within it (the upper bound of the election timeout).
+    pub lease: Duration,
+    /// The election timeout's lower bound; each wait is drawn from [min, lease).
+    pub timeout_min: Duration,
+}

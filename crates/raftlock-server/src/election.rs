@@ -55,15 +55,9 @@ pub const ALIVE_PATH: &str = "/internal/leader/alive";
 /// enough that a hung disk costs seconds, not the cluster.
 pub const WRITE_PATIENCE: Duration = Duration::from_secs(2);
 
-/// The timing the driver and the pre-vote share.
-#[derive(Debug, Clone, Copy)]
-pub struct Timing {
-    /// openraft's leader lease: a follower refuses to vote while it heard from its leader
-    /// within it (the upper bound of the election timeout).
-    pub lease: Duration,
-    /// The election timeout's lower bound; each wait is drawn from [min, lease).
-    pub timeout_min: Duration,
-}
+/// The timing the driver and the pre-vote share (defined with the node's configuration, which
+/// the node is built from).
+pub use crate::config::ElectionTiming as Timing;
 
 impl Timing {
     fn draw(&self) -> Duration {

@@ -52,7 +52,7 @@ pub struct Node {
     /// When the process started: a node that never heard from a leader counts from here.
     pub started: std::time::Instant,
     /// The lease and election timeout the pre-vote works with.
-    pub election_timing: crate::election::Timing,
+    pub election_timing: crate::config::ElectionTiming,
     /// When this node last granted a pre-vote: it then leaves the campaign to that candidate
     /// for a while instead of racing it.
     pub prevote_granted_at: Mutex<Option<std::time::Instant>>,
@@ -116,7 +116,7 @@ impl Node {
             // The compactor (`spawn_compactor`) decides when to snapshot.
             snapshot_logs: 0,
         };
-        let election_timing = crate::election::Timing {
+        let election_timing = crate::config::ElectionTiming {
             lease: timing.leader_lease(),
             timeout_min: timing.election_timeout,
         };

@@ -117,7 +117,7 @@ async fn snapshot(
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
-    ApiError::decide(node, op, D).await
+    super::decide::decide(node, op, D).await
 }
 
 async fn create_project(

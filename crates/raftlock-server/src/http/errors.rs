@@ -177,21 +177,6 @@ impl ApiError {
         }
     }
 
-    /// Proposes `op` through `node` and maps both kinds of refusal — not decided (503) and
-    /// refused by the rules (4xx) — into `dialect`'s errors: the one propose-and-map helper
-    /// of the HTTP layer.
-    pub async fn decide(
-        node: &crate::node::Node,
-        op: raftlock_core::Op,
-        dialect: Dialect,
-    ) -> Result<raftlock_core::Reply, ApiError> {
-        let outcome = node
-            .propose(op)
-            .await
-            .map_err(|e| ApiError::from_unavailable(dialect, e))?;
-        outcome.map_err(|e| ApiError::from_core(dialect, e))
-    }
-
     pub fn from_unavailable(dialect: Dialect, err: Unavailable) -> Self {
         let mut e = ApiError::unavailable(dialect, &err.message);
         e.not_proposed = err.not_proposed;

@@ -117,7 +117,7 @@ fn check_key(key: &str) -> Result<(), ApiError> {
 }
 
 async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
-    ApiError::decide(node, op, D).await
+    super::decide::decide(node, op, D).await
 }
 
 fn lease_body(reply: Reply) -> Result<Response, ApiError> {

@@ -13,16 +13,17 @@
 //! - [`auth`]: credentials (platform token, project keys, peers) and rate counting.
 //! - [`forward`]: sending a request to the leader within its one deadline.
 //! - [`wait`]: what a blocking acquire keeps across forwards, and its guards.
-//! - [`idempotency`]: client request ids on writes.
+//! - [`idempotency`]: request ids on writes (the client's, and the one a node mints).
 //! - [`openapi`]: the OpenAPI document (`GET /openapi.json`), built from `raftlock-api`.
-//! - [`errors`]: the two error dialects and the one propose-and-map helper; [`body`]:
-//!   bounded reading and JSON decoding.
+//! - [`errors`]: the two error dialects; [`decide`]: the one propose-and-map helper;
+//!   [`body`]: bounded, deadline-bound reading and JSON decoding.
 
 pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod console;
 pub mod coordination;
+pub mod decide;
 pub mod errors;
 pub mod forward;
 pub mod idempotency;

@@ -170,7 +170,7 @@ impl Call {
         op.validate().map_err(core)?;
         let op =
             super::idempotency::wrap_hier(self.request_id, self.method, self.project.clone(), op);
-        ApiError::decide(&self.node, op, D).await
+        super::decide::decide(&self.node, op, D).await
     }
 
     async fn read<T>(
