@@ -25,7 +25,7 @@ pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as P
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
-use crate::spaces::{Record, Spaces};
+use crate::spaces::{due, Due, Record, Spaces, Stored};
 use crate::{validate, Nanos, SECOND};
 
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
@@ -54,7 +54,7 @@ struct Participant {
 type Participants = OrdMap<String, Participant>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Barrier {
+pub(crate) struct Barrier {
     description: String,
     expected: u64,
     /// The current generation, from 1.
@@ -155,8 +155,6 @@ pub struct Arrival<'a> {
     pub metadata: &'a BTreeMap<String, String>,
 }
 
-type Due = (Nanos, String, String, String);
-
 /// All barriers of all projects.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Barriers {
@@ -164,6 +162,13 @@ pub struct Barriers {
     records: Spaces<Barrier>,
     /// (deletion time, project, namespace, name): last activity + idle time.
     deletions: OrdSet<Due>,
+}
+
+impl Stored for Barriers {
+    type Rec = Barrier;
+    fn records_mut(&mut self) -> &mut Spaces<Barrier> {
+        &mut self.records
+    }
 }
 
 impl Record for Barrier {
@@ -179,32 +184,7 @@ impl Record for Barrier {
     }
 }
 
-fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
-    (at, project.into(), namespace.into(), name.into())
-}
-
 impl Barriers {
-    /// Lowers the per-project byte budget (tests).
-    pub fn with_byte_quota(mut self, bytes: usize) -> Self {
-        self.records.set_byte_quota(bytes);
-        self
-    }
-
-    /// Topics of barriers that tripped, changed or were deleted since the last call.
-    pub fn take_woken(&mut self) -> Vec<String> {
-        self.records.take_woken()
-    }
-
-    /// Counts each project's bytes from the state (after a snapshot was decoded).
-    pub fn count_usage(&mut self) {
-        self.records.count_usage();
-    }
-
-    /// Bytes `project` is charged for its barriers.
-    pub fn stored_bytes(&self, project: &str) -> usize {
-        self.records.stored_bytes(project)
-    }
-
     fn barrier(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Barrier> {
         (self.records.get(project, ns, name))
             .filter(|b| now < b.delete_at())

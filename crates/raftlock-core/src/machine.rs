@@ -12,6 +12,7 @@ use crate::hierarchy::{Hierarchy, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
+use crate::spaces::Stored;
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
 use crate::wait_groups::{GroupSpec, WaitGroups};
 use crate::{validate, Nanos};

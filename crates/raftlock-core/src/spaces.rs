@@ -21,6 +21,37 @@ use crate::error::CoreError;
 /// (project, namespace).
 pub type SpaceKey = (String, String);
 
+/// An entry of a time index: (when, project, namespace, name).
+pub type Due = (crate::Nanos, String, String, String);
+
+/// The time-index entry of `name` due at `at`.
+pub fn due(at: crate::Nanos, project: &str, namespace: &str, name: &str) -> Due {
+    (at, project.into(), namespace.into(), name.into())
+}
+
+/// A primitive kept in [`Spaces`]: what every such primitive answers the state machine the
+/// same way, by its records.
+pub(crate) trait Stored: Sized {
+    type Rec: Record;
+    fn records_mut(&mut self) -> &mut Spaces<Self::Rec>;
+
+    /// Lowers the per-project byte budget (tests).
+    fn with_byte_quota(mut self, bytes: usize) -> Self {
+        self.records_mut().set_byte_quota(bytes);
+        self
+    }
+
+    /// Topics of records that changed or went away since the last call. Not state.
+    fn take_woken(&mut self) -> Vec<String> {
+        self.records_mut().take_woken()
+    }
+
+    /// Counts each project's bytes from the state (after a snapshot was decoded).
+    fn count_usage(&mut self) {
+        self.records_mut().count_usage();
+    }
+}
+
 /// A named record of a namespace.
 pub trait Record: Clone {
     /// What the record is called in a `not_found` or `already_exists` answer.

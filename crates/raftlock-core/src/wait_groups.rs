@@ -26,7 +26,7 @@ pub use raftlock_api::wait_groups::{
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
-use crate::spaces::{Record, Spaces};
+use crate::spaces::{due, Due, Record, Spaces, Stored};
 use crate::{validate, Nanos, SECOND};
 
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
@@ -59,7 +59,7 @@ struct Job {
 
 /// A wait group record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Group {
+pub(crate) struct Group {
     description: String,
     counter: u64,
     /// Job id → its first report; `completed_jobs` is its size.
@@ -146,8 +146,6 @@ pub struct GroupSpec<'a> {
     pub metadata: &'a BTreeMap<String, String>,
 }
 
-type Due = (Nanos, String, String, String);
-
 /// All wait groups of all projects.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitGroups {
@@ -157,6 +155,13 @@ pub struct WaitGroups {
     expiries: OrdSet<Due>,
     /// (delete time, project, namespace, name) of finished groups.
     deletions: OrdSet<Due>,
+}
+
+impl Stored for WaitGroups {
+    type Rec = Group;
+    fn records_mut(&mut self) -> &mut Spaces<Group> {
+        &mut self.records
+    }
 }
 
 impl Record for Group {
@@ -172,32 +177,7 @@ impl Record for Group {
     }
 }
 
-fn due(at: Nanos, project: &str, namespace: &str, name: &str) -> Due {
-    (at, project.into(), namespace.into(), name.into())
-}
-
 impl WaitGroups {
-    /// Lowers the per-project byte budget (tests).
-    pub fn with_byte_quota(mut self, bytes: usize) -> Self {
-        self.records.set_byte_quota(bytes);
-        self
-    }
-
-    /// Topics of groups that finished, changed or were deleted since the last call. Not state.
-    pub fn take_woken(&mut self) -> Vec<String> {
-        self.records.take_woken()
-    }
-
-    /// Counts each project's bytes from the state (after a snapshot was decoded).
-    pub fn count_usage(&mut self) {
-        self.records.count_usage();
-    }
-
-    /// Bytes `project` is charged for its wait groups.
-    pub fn stored_bytes(&self, project: &str) -> usize {
-        self.records.stored_bytes(project)
-    }
-
     fn group(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Group> {
         (self.records.get(project, ns, name))
             .filter(|g| g.visible_at(now))
