@@ -5,8 +5,7 @@
 //! [`AcquireOutcome::TimedOut`]), not an error.
 
 use raftlock_api::hierarchy::{
-    ListLockLeasesResponse, ListLocksResponse, ListNamespacesResponse, LockLeaseResponse,
-    LockResponse, NamespaceResponse,
+    ListLocksResponse, ListNamespacesResponse, LockResponse, NamespaceResponse,
 };
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::leases::LOCK_LEASES;
 use crate::transport::{Call, Client, Retry};
 use raftlock_api::methods::Effect;
 
@@ -24,9 +24,8 @@ pub use raftlock_api::hierarchy::{
     LockLease, LockState, Namespace, UpdateNamespaceRequest,
 };
 use raftlock_api::hierarchy::{
-    CreateLockLeaseRequest, CreateNamespaceRequest, LeaseRequest, ListLockLeasesRequest,
-    ListLocksRequest, ListNamespacesRequest, LockRequest, NamespaceRequest,
-    RefreshLockLeaseRequest, ReleaseLockRequest,
+    CreateNamespaceRequest, ListLocksRequest, ListNamespacesRequest, LockRequest, NamespaceRequest,
+    ReleaseLockRequest,
 };
 pub use raftlock_api::{Metadata, Nanos};
 
@@ -209,12 +208,7 @@ impl Client {
         process_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = CreateLockLeaseRequest {
-            namespace_name: namespace.to_string(),
-            process_id: process_id.to_string(),
-            ttl_seconds: ttl.as_secs(),
-        };
-        self.rpc_field("CreateLockLease", &body, |r: LockLeaseResponse| r.lease)
+        self.lease_create(LOCK_LEASES, namespace, process_id, ttl)
             .await
     }
 
@@ -226,34 +220,18 @@ impl Client {
         lease_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = RefreshLockLeaseRequest {
-            namespace_name: namespace.to_string(),
-            lease_id: lease_id.to_string(),
-            ttl_seconds: ttl.as_secs(),
-        };
-        self.rpc_field("RefreshLockLease", &body, |r: LockLeaseResponse| r.lease)
+        self.lease_refresh(LOCK_LEASES, namespace, lease_id, ttl)
             .await
     }
 
     /// `RevokeLockLease`: releases everything the lease holds and deletes it.
     pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
-        let body = LeaseRequest {
-            namespace_name: namespace.to_string(),
-            lease_id: lease_id.to_string(),
-        };
-        self.rpc("RevokeLockLease", &body, Duration::ZERO)
-            .await
-            .map(|_| ())
+        self.lease_revoke(LOCK_LEASES, namespace, lease_id).await
     }
 
     /// `GetLockLease` (`not_found` when absent or expired).
     pub async fn get_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
-        let body = LeaseRequest {
-            namespace_name: namespace.to_string(),
-            lease_id: lease_id.to_string(),
-        };
-        self.rpc_field("GetLockLease", &body, |r: LockLeaseResponse| r.lease)
-            .await
+        self.lease_get(LOCK_LEASES, namespace, lease_id).await
     }
 
     /// `ListLockLeases`, optionally only those of one `process_id`.
@@ -263,13 +241,7 @@ impl Client {
         process_id: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<LockLease>> {
-        let body = ListLockLeasesRequest {
-            namespace_name: namespace.to_string(),
-            process_id: process_id.unwrap_or("").to_string(),
-            limit: page.limit,
-            pagination_token: page.pagination_token.clone(),
-        };
-        self.rpc_page::<ListLockLeasesResponse>("ListLockLeases", &body)
+        self.lease_list(LOCK_LEASES, namespace, process_id, page)
             .await
     }
 

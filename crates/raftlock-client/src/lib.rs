@@ -40,6 +40,8 @@
 //!   are `raftlock-api`'s, re-exported.
 //! - [`semaphores`]: semaphore and semaphore-lease calls (all-or-none weights, FIFO waits,
 //!   a fencing token per hold).
+//! - `leases`: the lease calls both APIs share (the same messages under their own method
+//!   names), written once.
 //! - [`coordination`]: wait-group and barrier calls (report jobs, wait for a group; arrive,
 //!   wait at a barrier).
 //! - [`keeper`]: [`LeaseKeeper`] (a hierarchical lease refreshed in the background) and
@@ -58,6 +60,7 @@ pub mod error;
 pub mod guard;
 pub mod hierarchy;
 pub mod keeper;
+mod leases;
 pub mod locks;
 mod rfc3339;
 pub mod semaphores;

@@ -2,7 +2,6 @@
 //! `POST /v1beta/{Method}`. A non-acquired `AcquireSemaphore` is a normal answer (its
 //! `outcome`), not an error; a granted one carries the hold's fencing token.
 
-use raftlock_api::hierarchy::{ListLockLeasesResponse, LockLeaseResponse};
 use raftlock_api::semaphores::{
     ListSemaphoreHoldersResponse, ListSemaphoresResponse, SemaphoreResponse,
 };
@@ -19,22 +18,13 @@ use raftlock_api::semaphores::{
 
 use crate::error::Result;
 use crate::hierarchy::{LockLease, Metadata, Page, PageRequest};
+use crate::leases::SEMAPHORE_LEASES;
 use crate::transport::Client;
-use raftlock_api::hierarchy::{
-    CreateLockLeaseRequest, LeaseRequest, ListLockLeasesRequest, RefreshLockLeaseRequest,
-};
 
 fn semaphore_request(namespace: &str, name: &str) -> SemaphoreRequest {
     SemaphoreRequest {
         namespace_name: namespace.to_string(),
         semaphore_name: name.to_string(),
-    }
-}
-
-fn lease_request(namespace: &str, lease_id: &str) -> LeaseRequest {
-    LeaseRequest {
-        namespace_name: namespace.to_string(),
-        lease_id: lease_id.to_string(),
     }
 }
 
@@ -150,22 +140,13 @@ impl Client {
         process_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = CreateLockLeaseRequest {
-            namespace_name: namespace.to_string(),
-            process_id: process_id.to_string(),
-            ttl_seconds: ttl.as_secs(),
-        };
-        self.rpc_field("CreateSemaphoreLease", &body, |r: LockLeaseResponse| {
-            r.lease
-        })
-        .await
+        self.lease_create(SEMAPHORE_LEASES, namespace, process_id, ttl)
+            .await
     }
 
     /// `GetSemaphoreLease` (`not_found` when absent or expired).
     pub async fn get_semaphore_lease(&self, namespace: &str, lease_id: &str) -> Result<LockLease> {
-        let body = lease_request(namespace, lease_id);
-        self.rpc_field("GetSemaphoreLease", &body, |r: LockLeaseResponse| r.lease)
-            .await
+        self.lease_get(SEMAPHORE_LEASES, namespace, lease_id).await
     }
 
     /// `RefreshSemaphoreLease`: the lease and its holds expire at now + `ttl`.
@@ -175,23 +156,14 @@ impl Client {
         lease_id: &str,
         ttl: Duration,
     ) -> Result<LockLease> {
-        let body = RefreshLockLeaseRequest {
-            namespace_name: namespace.to_string(),
-            lease_id: lease_id.to_string(),
-            ttl_seconds: ttl.as_secs(),
-        };
-        self.rpc_field("RefreshSemaphoreLease", &body, |r: LockLeaseResponse| {
-            r.lease
-        })
-        .await
+        self.lease_refresh(SEMAPHORE_LEASES, namespace, lease_id, ttl)
+            .await
     }
 
     /// `RevokeSemaphoreLease`: releases every permit the lease holds and deletes it.
     pub async fn revoke_semaphore_lease(&self, namespace: &str, lease_id: &str) -> Result<()> {
-        let body = lease_request(namespace, lease_id);
-        self.rpc("RevokeSemaphoreLease", &body, Duration::ZERO)
+        self.lease_revoke(SEMAPHORE_LEASES, namespace, lease_id)
             .await
-            .map(|_| ())
     }
 
     /// `ListSemaphoreLeases`, optionally only those of one `process_id`.
@@ -201,13 +173,7 @@ impl Client {
         process_id: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<LockLease>> {
-        let body = ListLockLeasesRequest {
-            namespace_name: namespace.to_string(),
-            process_id: process_id.unwrap_or("").to_string(),
-            limit: page.limit,
-            pagination_token: page.pagination_token.clone(),
-        };
-        self.rpc_page::<ListLockLeasesResponse>("ListSemaphoreLeases", &body)
+        self.lease_list(SEMAPHORE_LEASES, namespace, process_id, page)
             .await
     }
 }
