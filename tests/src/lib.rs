@@ -1111,6 +1111,35 @@ fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child
     }
 }
 
+/// The WAL segments of a data directory, concatenated in order.
+pub fn wal_bytes(dir: &std::path::Path) -> Result<Vec<u8>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    names.retain(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("wal-"))
+    });
+    names.sort();
+    let mut bytes = Vec::new();
+    for name in names {
+        bytes.extend(std::fs::read(name)?);
+    }
+    Ok(bytes)
+}
+
+/// Copies a node's data directory (files only, without its `LOCK`) into `to`.
+pub fn copy_data_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
 /// A fresh lock token.
 pub fn token() -> String {
     uuid::Uuid::new_v4().to_string()

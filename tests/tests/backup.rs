@@ -367,7 +367,7 @@ async fn two_restores_of_one_backup_are_two_clusters() -> Result<()> {
     cluster_a.terminate(swapped)?;
     let a_dir = cluster_a.data_dir(swapped);
     std::fs::remove_dir_all(&a_dir)?;
-    copy_dir(&b_dir, &a_dir)?;
+    raftlock_tests::copy_data_dir(&b_dir, &a_dir)?;
     cluster_a.restart(swapped)?;
     // A keeps working on its two nodes; the stranger is refused and takes nothing from A.
     let locks_a = Locks::new(&cluster_a, leader_a, &key);
@@ -396,24 +396,11 @@ async fn two_restores_of_one_backup_are_two_clusters() -> Result<()> {
         b_snapshot,
         "the stranger's snapshot was replaced"
     );
-    let wal_bytes: u64 = std::fs::read_dir(&a_dir)?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
-        .map(|e| e.metadata().map_or(0, |m| m.len()))
-        .sum();
+    let wal_bytes = raftlock_tests::wal_bytes(&a_dir)?.len();
     assert!(
         wal_bytes < 4096,
         "the stranger's log took {wal_bytes} bytes of A's entries"
     );
-    Ok(())
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), to.join(entry.file_name()))?;
-    }
     Ok(())
 }
 

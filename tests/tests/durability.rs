@@ -372,34 +372,6 @@ async fn whole_cluster_kill_9_loses_no_acknowledged_acquire() -> Result<()> {
     Ok(())
 }
 
-/// The WAL segments of a data directory, concatenated in order.
-fn wal_bytes(dir: &Path) -> Result<Vec<u8>> {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    names.retain(|p| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("wal-"))
-    });
-    names.sort();
-    let mut bytes = Vec::new();
-    for name in names {
-        bytes.extend(std::fs::read(name)?);
-    }
-    Ok(bytes)
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
-        }
-    }
-    Ok(())
-}
-
 #[tokio::test]
 async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Result<()> {
     // Cluster A writes something, then stops; its node 3's volume is "reused" in cluster B.
@@ -414,7 +386,7 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
         a.kill(id);
     }
     let foreign = tempfile::tempdir()?;
-    copy_dir(&a.data_dir(3), foreign.path())?;
+    raftlock_tests::copy_data_dir(&a.data_dir(3), foreign.path())?;
 
     let mut b = Cluster::start(3).await?;
     let b_key = b.project_key("acme", "service_role", &[]).await?;
@@ -429,8 +401,8 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
     let intruder = if b_leader == 3 { 2 } else { 3 };
     b.kill(intruder);
     std::fs::remove_dir_all(b.data_dir(intruder))?;
-    copy_dir(foreign.path(), &b.data_dir(intruder))?;
-    let wal_before = wal_bytes(&b.data_dir(intruder))?;
+    raftlock_tests::copy_data_dir(foreign.path(), &b.data_dir(intruder))?;
+    let wal_before = raftlock_tests::wal_bytes(&b.data_dir(intruder))?;
     b.restart(intruder)?;
 
     eventually(
@@ -459,7 +431,7 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
     assert_eq!(b_locks.acquire("b-next", &token(), 60).await?.status, 200);
     b.kill(intruder);
     assert_eq!(
-        wal_bytes(&b.data_dir(intruder))?,
+        raftlock_tests::wal_bytes(&b.data_dir(intruder))?,
         wal_before,
         "the foreign log is untouched"
     );
