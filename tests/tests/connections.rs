@@ -293,3 +293,183 @@ async fn slow_bodies_are_shed_and_a_normal_client_is_served() -> Result<()> {
     }
     Ok(())
 }
+
+/// Sends `head` on a new connection, then (on a task) a space every 2 s while the connection
+/// is open; the task answers the first line of the response, once the server has closed the
+/// connection, and when that line came (from the head).
+async fn trickle(addr: &str, head: &str) -> Result<tokio::task::JoinHandle<(String, Duration)>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(head.as_bytes()).await?;
+    let started = std::time::Instant::now();
+    Ok(tokio::spawn(async move {
+        let mut answered = None;
+        let mut buf = [0u8; 1024];
+        let mut got = Vec::new();
+        loop {
+            tokio::select! {
+                read = s.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        answered.get_or_insert_with(|| started.elapsed());
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                },
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {
+                    if s.write_all(b" ").await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let status = String::from_utf8_lossy(&got)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        (status, answered.unwrap_or_else(|| started.elapsed()))
+    }))
+}
+
+/// The node-to-node routes read their bodies only from peers: eight connections that send a
+/// pre-vote or leader beacon head without the cluster secret, declaring a 1,000-byte body,
+/// and trickle it, on a node capped at 8, are each answered `401` from the head at once and
+/// closed, and a normal client is served at once. (Before, those routes read the body first,
+/// with no deadline: the eight held the node for as long as they trickled.) A peer's body
+/// (with the secret) that trickles is cut at the body deadline like any other.
+#[tokio::test]
+async fn peer_routes_refuse_a_request_without_the_secret_before_its_body() -> Result<()> {
+    let cluster = Cluster::start_with(1, &["--max-connections", "8"]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    wait_for_idle_connections(&cluster).await?;
+    let started = std::time::Instant::now();
+    // The two peer routes that take a body.
+    let paths = ["/internal/leader/prevote", "/internal/leader/alive"];
+    let mut slow = Vec::new();
+    for i in 0..8 {
+        let head = format!(
+            "POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+            paths[i % paths.len()]
+        );
+        slow.push(trickle(&cluster.addr(1), &head).await?);
+    }
+    // All eight heads are in before the client tries.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let locks = Locks::new(&cluster, 1, &key);
+    let served = raftlock_tests::eventually(
+        Duration::from_secs(15),
+        "a normal client served",
+        || async {
+            let r = locks
+                .acquire("normal", &raftlock_tests::token(), 30)
+                .await
+                .ok()?;
+            (r.status == 200).then_some(started.elapsed())
+        },
+    )
+    .await?;
+    println!("a normal client was served {served:?} after the peer-route bodies began");
+    for task in slow {
+        let (status, at) = tokio::time::timeout(Duration::from_secs(15), task).await??;
+        assert!(status.starts_with("HTTP/1.1 401"), "got {status:?}");
+        assert!(at < Duration::from_secs(2), "answered after {at:?}");
+    }
+    assert!(served < Duration::from_secs(3), "served after {served:?}");
+
+    // With the secret, the body is read — within the deadline, like a client's.
+    let head = format!(
+        "POST /internal/leader/prevote HTTP/1.1\r\nHost: x\r\nx-raftlock-cluster-secret: {}\r\nContent-Length: 1000\r\n\r\n{{",
+        cluster.secret
+    );
+    let peer = trickle(&cluster.addr(1), &head).await?;
+    let (status, at) = tokio::time::timeout(Duration::from_secs(20), peer).await??;
+    println!("a peer's trickled body: {status:?} after {at:?}");
+    assert!(status.starts_with("HTTP/1.1 4"), "got {status:?}");
+    assert!(
+        at >= Duration::from_secs(9) && at < Duration::from_secs(14),
+        "answered after {at:?}"
+    );
+    Ok(())
+}
+
+/// Peers are counted apart from clients: connections that present the cluster secret (a
+/// follower's pool of forwarding connections, kept open between requests) give their slot
+/// back, so twelve of them — more than `--max-connections` 4 and the peers' reserve of 8
+/// together — leave every client slot free: a normal client is served at once. (Before,
+/// they took the four client slots and the reserve, and a client waited in the accept queue
+/// until they idled out.)
+#[tokio::test]
+async fn peer_connections_take_no_client_slot() -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start_with(1, &["--max-connections", "4"]).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let view = cluster.view(1).await.context("view")?;
+    let cluster_id = view["cluster_id"]
+        .as_str()
+        .context("cluster id")?
+        .to_string();
+    wait_for_idle_connections(&cluster).await?;
+    // What a peer sends: the cluster secret and the cluster id.
+    let head = format!(
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nx-raftlock-cluster-secret: {}\r\nx-raftlock-cluster-id: {cluster_id}\r\n\r\n",
+        cluster.secret
+    );
+    let mut peers = Vec::new();
+    for i in 0..12 {
+        let mut s = tokio::net::TcpStream::connect(cluster.addr(1)).await?;
+        s.write_all(head.as_bytes()).await?;
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .with_context(|| format!("peer connection {i} not served"))??;
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            text.starts_with("HTTP/1.1 200"),
+            "peer connection {i}: {text}"
+        );
+        // Kept open, idle, like a pooled connection.
+        peers.push(s);
+    }
+    let started = std::time::Instant::now();
+    let (status, _) = tokio::time::timeout(
+        Duration::from_secs(3),
+        raw_get(&cluster.addr(1), "/healthz"),
+    )
+    .await
+    .context("a client waited for a slot")??;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let a = Locks::new(&cluster, 1, &key)
+        .acquire("normal", &raftlock_tests::token(), 30)
+        .await?;
+    assert_eq!(a.status, 200);
+    println!(
+        "with 12 peer connections open, a client was served in {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    drop(peers);
+    Ok(())
+}
+
+/// Waits until the harness's own keep-alive connections to node 1 have idled out (after the
+/// header-read timeout), so a test's connections are the only ones.
+async fn wait_for_idle_connections(cluster: &Cluster) -> Result<()> {
+    raftlock_tests::eventually(
+        Duration::from_secs(20),
+        "no other open connection",
+        || async {
+            let (_, metrics) = raw_get(&cluster.addr(1), "/metrics").await.ok()?;
+            let open = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("raftlock_http_connections "))?
+                .trim()
+                .parse::<f64>()
+                .ok()?;
+            (open <= 1.0).then_some(())
+        },
+    )
+    .await?;
+    Ok(())
+}

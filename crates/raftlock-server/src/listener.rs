@@ -8,9 +8,15 @@
 //! - **Connection cap** (`--max-connections`): past it, new connections wait in the kernel's
 //!   accept queue instead of each taking memory and a task — except [`PEER_RESERVE`] more,
 //!   kept for node-to-node traffic: a connection accepted on the reserve serves only
-//!   requests that present the cluster secret ([`ReservedForPeers`]; others are answered
-//!   `503` and the connection closed). Clients that fill the cap (slow bodies, idle
-//!   keep-alives) so cannot keep a peer from opening a Raft stream or forwarding a request.
+//!   requests that present the cluster secret (others are answered `503` and the connection
+//!   closed). Clients that fill the cap (slow bodies, idle keep-alives) so cannot keep a peer
+//!   from opening a Raft stream or forwarding a request.
+//! - **Peers are counted apart**: a connection that presents the cluster secret
+//!   ([`ConnectionSlot::release_for_peer`], from `http::guard`) gives its slot — of the cap or
+//!   of the reserve — back at once: node-to-node connections (a follower's pool of forwarding
+//!   connections, pre-votes, a Raft stream's upgrade) never take a client's place, and the
+//!   reserve is free again for the next peer. They are few and authenticated; the drain on
+//!   stop still waits for them.
 //! - **TLS** (optional, [`crate::tls`]): the handshake runs on the connection's own task
 //!   and must finish within the header-read timeout too; a failed handshake closes the
 //!   connection and is counted in `raftlock_tls_handshake_failures_total`.
@@ -19,15 +25,19 @@
 //! - **Graceful stop**: on SIGTERM/Ctrl-C, stop accepting, let open connections finish their
 //!   requests (bounded by [`DRAIN_TIMEOUT`]), then return.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::Request;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt;
 
 use crate::tls::ServerTls;
 
@@ -37,10 +47,46 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections accepted past `--max-connections` for node-to-node traffic only.
 pub const PEER_RESERVE: usize = 8;
 
-/// Marks a request that arrived on a connection of the [`PEER_RESERVE`]: it is served only if
-/// it presents the cluster secret (`http::refuse_clients_on_reserve`).
-#[derive(Debug, Clone, Copy)]
-pub struct ReservedForPeers;
+/// The slot a connection holds against `--max-connections` (or the [`PEER_RESERVE`]), in
+/// every request's extensions, so the router can free it for a peer and refuse clients on the
+/// reserve (`http::guard`).
+#[derive(Debug, Clone)]
+pub struct ConnectionSlot(Arc<SlotInner>);
+
+#[derive(Debug)]
+struct SlotInner {
+    reserved: bool,
+    permit: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl ConnectionSlot {
+    fn new(permit: OwnedSemaphorePermit, reserved: bool) -> Self {
+        ConnectionSlot(Arc::new(SlotInner {
+            reserved,
+            permit: std::sync::Mutex::new(Some(permit)),
+        }))
+    }
+
+    /// Accepted past `--max-connections`, on the peers' reserve.
+    pub fn reserved(&self) -> bool {
+        self.0.reserved
+    }
+
+    /// Whether the connection still holds its slot (it has not shown itself a peer's).
+    pub fn counted(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    /// The connection carries node-to-node traffic (a request presented the cluster secret):
+    /// its slot goes back to the cap (or the reserve) for the next client (or peer).
+    pub fn release_for_peer(&self) {
+        self.lock().take();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
+        self.0.permit.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// How long a stopping node waits for open requests to finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,6 +103,8 @@ pub async fn serve(
     let max_connections = max_connections.max(1);
     let permits = Arc::new(Semaphore::new(max_connections));
     let reserve = Arc::new(Semaphore::new(PEER_RESERVE));
+    // Connections open, whether or not they hold a slot.
+    let open = Arc::new(watch::Sender::new(0usize));
     // Flipped to `true` on shutdown: every connection finishes its request and closes.
     let (stopping, stop) = watch::channel(false);
     let mut builder = http1::Builder::new();
@@ -86,14 +134,20 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = if reserved {
-            TowerToHyperService::new(app.clone().layer(axum::Extension(ReservedForPeers)))
-        } else {
-            TowerToHyperService::new(app.clone())
+        let slot = ConnectionSlot::new(permit, reserved);
+        // Every request of the connection carries its slot.
+        let service = {
+            let slot = slot.clone();
+            app.clone().map_request(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(slot.clone());
+                req
+            })
         };
         let (builder, stop) = (builder.clone(), stop.clone());
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         metrics::gauge!("raftlock_http_connections").increment(1.0);
+        open.send_modify(|n| *n += 1);
+        let open = open.clone();
         tokio::spawn(async move {
             let served = match acceptor {
                 None => serve_connection(&builder, TokioIo::new(stream), service, stop).await,
@@ -120,17 +174,16 @@ pub async fn serve(
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             metrics::gauge!("raftlock_http_connections").decrement(1.0);
-            drop(permit);
+            slot.release_for_peer();
+            open.send_modify(|n| *n -= 1);
         });
     }
     drop(listener);
     let _ = stopping.send(true);
-    // Every open connection holds a permit until it closes.
-    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
-    let drained = async {
-        let _clients = permits.acquire_many(all).await;
-        let _peers = reserve.acquire_many(PEER_RESERVE as u32).await;
-    };
+    // Every open connection is counted in `open` until it closes (peers' too: their slots
+    // are given back early, their requests must still finish).
+    let mut open = open.subscribe();
+    let drained = open.wait_for(|n| *n == 0);
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("open requests did not finish within the drain timeout");
     }
@@ -139,15 +192,21 @@ pub async fn serve(
 
 /// Serves one HTTP/1 connection (upgrades allowed: a peer opening a Raft stream) until it
 /// closes, or until `stop` turns `true`; then lets the request in progress finish and closes.
-async fn serve_connection<I>(
+async fn serve_connection<I, S>(
     builder: &http1::Builder,
     io: I,
-    service: TowerToHyperService<Router>,
+    service: S,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), hyper::Error>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: tower::Service<Request<Incoming>, Response = axum::response::Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
 {
+    let service = TowerToHyperService::new(service);
     let conn = builder.serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
     tokio::select! {

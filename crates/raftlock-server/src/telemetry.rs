@@ -52,6 +52,16 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Open HTTP connections on this node's listeners.",
     ),
     (
+        "raftlock_connections_refused_total",
+        Kind::Counter,
+        "Client requests refused on a connection of the peers' reserve (past --max-connections), by reason.",
+    ),
+    (
+        "raftlock_slow_bodies_shed_total",
+        Kind::Counter,
+        "Requests answered 408 because their body did not arrive within 10 s of their head.",
+    ),
+    (
         "raftlock_rate_limited_total",
         Kind::Counter,
         "Requests refused by a project's rate limit, by API.",
@@ -136,6 +146,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "raftlock_prevotes_failed_total",
         Kind::Counter,
         "Pre-votes this node asked for and did not get.",
+    ),
+    (
+        "raftlock_leader_beacons_total",
+        Kind::Counter,
+        "Beacons this leader sent to say it lives while its log write kept its core from sending heartbeats.",
     ),
     (
         "raftlock_leader_handoffs_total",
@@ -347,6 +362,11 @@ const LABELLED: &[(&str, &str, &[&str])] = &[
         &["locks", "hierarchy"],
     ),
     ("raftlock_peer_refused_total", "reason", &["cluster_id"]),
+    (
+        "raftlock_connections_refused_total",
+        "reason",
+        &["max_connections"],
+    ),
 ];
 
 /// Registers every catalogued series, so `/metrics` lists each one from the start (a counter
@@ -412,33 +432,130 @@ pub fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-/// Logs a 5xx answer: at ERROR only when it is the server's own failure (500 and the like).
-/// `501` (a method the API does not have) is a client's mistake and `503` (no leader, no
-/// quorum) is the documented answer of a cluster in transition; at ERROR, a client could
-/// flood the log with either. They are logged at DEBUG; `raftlock_http_requests_total`
-/// counts them all by status.
+/// Whether an answer is the client's doing rather than a failure of this server: any 4xx,
+/// `501` (a method the API does not have) and `503` (no leader, no quorum: the documented
+/// answer of a cluster in transition, which the client retries). A client can make as many of
+/// these as it likes, so they are never logged at ERROR, and only within [`CLIENT_LOG`].
+pub fn client_side(status: axum::http::StatusCode) -> bool {
+    status.is_client_error() || matches!(status.as_u16(), 501 | 503)
+}
+
+/// Lines a second logged for answers that are the client's doing ([`client_side`]); past it
+/// they are only counted, and the next line logged says how many were left out.
+pub const CLIENT_LINES_PER_SECOND: u32 = 20;
+
+/// A budget of log lines per second, shared by every request of the node.
+#[derive(Debug)]
+pub struct LogBudget {
+    per_second: u32,
+    /// (the second of the window, lines logged in it, lines left out since the last logged).
+    state: std::sync::Mutex<(u64, u32, u64)>,
+}
+
+impl LogBudget {
+    pub const fn new(per_second: u32) -> Self {
+        LogBudget {
+            per_second,
+            state: std::sync::Mutex::new((0, 0, 0)),
+        }
+    }
+
+    /// At second `now`: `Some(n)` when a line may be logged (`n` lines were left out since
+    /// the last one), `None` when the second's budget is spent (the line is counted instead).
+    pub fn take(&self, now: u64) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (second, used, left_out) = &mut *state;
+        if *second != now {
+            (*second, *used) = (now, 0);
+        }
+        if *used >= self.per_second {
+            *left_out += 1;
+            return None;
+        }
+        *used += 1;
+        Some(std::mem::take(left_out))
+    }
+}
+
+/// The log budget of client-side answers ([`client_side`]).
+pub static CLIENT_LOG: LogBudget = LogBudget::new(CLIENT_LINES_PER_SECOND);
+
+fn unix_second() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Logs each answer at DEBUG; answers that are the client's doing ([`client_side`]: 4xx,
+/// 501, 503) within [`CLIENT_LOG`], so a client sending bad requests (made-up methods, no
+/// credentials, no leader to be had) cannot flood the log even with DEBUG on.
+/// `raftlock_http_requests_total` counts every answer by status.
+pub fn on_response<B>(resp: &axum::http::Response<B>, latency: std::time::Duration, _span: &Span) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let status = resp.status().as_u16();
+    if !client_side(resp.status()) {
+        tracing::debug!(status, ?latency, "request answered");
+        return;
+    }
+    if let Some(left_out) = CLIENT_LOG.take(unix_second()) {
+        if left_out > 0 {
+            tracing::debug!(
+                status,
+                ?latency,
+                left_out,
+                "request refused (and {left_out} more not logged)"
+            );
+        } else {
+            tracing::debug!(status, ?latency, "request refused");
+        }
+    }
+}
+
+/// Logs a server failure at ERROR: a 5xx that is not the client's doing ([`client_side`]:
+/// `501` and `503` are answered to clients and logged by [`on_response`]), or a failed
+/// response body.
 pub fn on_server_error(
     class: tower_http::classify::ServerErrorsFailureClass,
     latency: std::time::Duration,
     _span: &Span,
 ) {
     use tower_http::classify::ServerErrorsFailureClass;
-    let expected = matches!(class, ServerErrorsFailureClass::StatusCode(code) if code.as_u16() == 501 || code.as_u16() == 503);
-    if expected {
-        tracing::debug!(classification = %class, ?latency, "request answered");
-    } else {
+    let expected = matches!(class, ServerErrorsFailureClass::StatusCode(code) if client_side(code));
+    if !expected {
         tracing::error!(classification = %class, ?latency, "request failed");
     }
 }
 
-/// The span of one HTTP request; its request id appears on every line logged inside it.
+/// Longest path a log line carries (the rest is cut): the path is the client's to choose.
+const LOGGED_PATH: usize = 256;
+
+/// The span of one HTTP request; its request id appears on every line logged inside it. The
+/// method is logged as its metrics label ([`method_label`]) and the path cut at
+/// [`LOGGED_PATH`] bytes: a client cannot make the node write kilobytes per line.
 pub fn request_span<B>(req: &Request<B>) -> Span {
     let id = req
         .headers()
         .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+    let id = truncated(id, 64);
+    let method = method_label(req.method());
+    let path = truncated(req.uri().path(), LOGGED_PATH);
+    tracing::info_span!("request", method, path, request_id = id)
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn truncated(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Updates the gauges that describe Raft and the state machine.
@@ -509,5 +626,39 @@ mod tests {
         let made_up = Method::from_bytes(&[b'X'; 8192]).unwrap();
         assert_eq!(method_label(&made_up), "other");
         assert_eq!(method_label(&Method::CONNECT), "other");
+        for m in ["GET", "PUT", "DELETE", "HEAD", "OPTIONS"] {
+            assert_eq!(method_label(&Method::from_bytes(m.as_bytes()).unwrap()), m);
+        }
+        // Lower case is another method (methods are case-sensitive).
+        assert_eq!(method_label(&Method::from_bytes(b"get").unwrap()), "other");
+    }
+
+    #[test]
+    fn client_side_answers_are_4xx_501_and_503() {
+        use axum::http::StatusCode;
+        for code in [400, 401, 404, 405, 408, 409, 413, 429, 501, 503] {
+            assert!(client_side(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [200, 204, 500, 502, 504] {
+            assert!(!client_side(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+
+    #[test]
+    fn the_log_budget_counts_what_it_leaves_out() {
+        let budget = LogBudget::new(3);
+        let first: Vec<_> = (0..5).map(|_| budget.take(100)).collect();
+        assert_eq!(first, [Some(0), Some(0), Some(0), None, None]);
+        // A new second: the first line says how many were left out.
+        assert_eq!(budget.take(101), Some(2));
+        assert_eq!(budget.take(101), Some(0));
+    }
+
+    #[test]
+    fn logged_text_is_cut_at_a_character_boundary() {
+        assert_eq!(truncated("abc", 5), "abc");
+        assert_eq!(truncated("abcdef", 3), "abc");
+        assert_eq!(truncated("aé", 2), "a");
+        assert_eq!(truncated(&"x".repeat(9000), LOGGED_PATH).len(), LOGGED_PATH);
     }
 }

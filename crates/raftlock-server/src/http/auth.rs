@@ -194,16 +194,22 @@ impl axum::response::IntoResponse for PeerRefusal {
 /// Admits a node-to-node request: the cluster secret (compared in constant time), then the
 /// cluster id.
 pub fn admit_peer(node: &Node, headers: &HeaderMap) -> Result<(), PeerRefusal> {
-    let secret_ok = headers
-        .get(raftlock_raft::CLUSTER_SECRET_HEADER)
-        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(node.config.cluster_secret.as_bytes())));
-    if !secret_ok {
+    if !has_cluster_secret(node, headers) {
         return Err(PeerRefusal::Secret);
     }
     let presented = headers.get(raftlock_raft::CLUSTER_ID_HEADER);
     node.identity
         .check_peer(presented.map(|v| v.as_bytes()))
         .map_err(|refusal| PeerRefusal::Cluster(refusal.to_string()))
+}
+
+/// Whether a request presents the cluster secret (compared in constant time): the header
+/// check that every node-to-node request passes before anything else of it is read. Unlike
+/// [`admit_peer`] it neither checks nor adopts a cluster id, so it may run on any request.
+pub fn has_cluster_secret(node: &Node, headers: &HeaderMap) -> bool {
+    headers
+        .get(raftlock_raft::CLUSTER_SECRET_HEADER)
+        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(node.config.cluster_secret.as_bytes())))
 }
 
 #[cfg(test)]

@@ -39,29 +39,117 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// `408` and the connection closed. 64 KiB at most arrive well within it on any network.
 pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The error a [`Deadline`] body fails with once its deadline has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("request body not received within the deadline")]
+pub struct BodyTimedOut;
+
+/// A request body that fails ([`BodyTimedOut`]) when it has not all arrived by a deadline.
+/// The router wraps every request's body in one ([`with_deadline`]), counted from the
+/// request head's arrival, so no reader of a body — [`read`], an extractor, a handler that
+/// streams — can be held by a client that trickles it.
+pub struct Deadline {
+    inner: Body,
+    deadline: tokio::time::Instant,
+    /// Made at the first read that has to wait (most bodies are in at once).
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// `req` with its body bound to arrive within [`BODY_READ_TIMEOUT`] from now; a request
+/// without a body is left as it is.
+pub fn with_deadline(req: axum::extract::Request) -> axum::extract::Request {
+    bound(req, BODY_READ_TIMEOUT)
+}
+
+fn bound(req: axum::extract::Request, within: std::time::Duration) -> axum::extract::Request {
+    use hyper::body::Body as _;
+    if req.body().is_end_stream() {
+        return req;
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    req.map(|inner| {
+        Body::new(Deadline {
+            inner,
+            deadline,
+            sleep: None,
+        })
+    })
+}
+
+impl hyper::body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        let deadline = this.deadline;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Whether `error` (or one it wraps) is `E`.
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<E>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// The `408` of a body that did not arrive in time; the connection is closed after it.
+fn timed_out(d: Dialect) -> ApiError {
+    metrics::counter!("raftlock_slow_bodies_shed_total").increment(1);
+    ApiError::new(
+        d,
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "request body not received within {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ),
+    )
+    .closing()
+}
+
 /// Reads the whole body, refusing more than [`MAX_BODY`] bytes with 413 and a body that does
-/// not arrive within [`BODY_READ_TIMEOUT`] with 408.
+/// not arrive within [`BODY_READ_TIMEOUT`] (of its head, when the router bound it with
+/// [`with_deadline`]; of this call otherwise) with 408.
 pub async fn read(body: Body, d: Dialect) -> Result<Bytes, ApiError> {
     let read = axum::body::to_bytes(body, MAX_BODY);
     match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
         Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if caused_by::<BodyTimedOut>(&e) => Err(timed_out(d)),
+        // Past MAX_BODY (or a body that broke off: its connection cannot go on either way).
         Ok(Err(_)) => Err(ApiError::new(
             d,
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body exceeds {MAX_BODY} bytes"),
         )),
-        Err(_) => {
-            metrics::counter!("raftlock_slow_bodies_shed_total").increment(1);
-            Err(ApiError::new(
-                d,
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "request body not received within {} s",
-                    BODY_READ_TIMEOUT.as_secs()
-                ),
-            )
-            .closing())
-        }
+        Err(_) => Err(timed_out(d)),
     }
 }
 
@@ -180,6 +268,50 @@ mod tests {
         let e = json::<Ttl>(br#"{"ttl_seconds":"x"}"#, Dialect::Rpc).unwrap_err();
         assert!(e.message.contains("ttl_seconds"), "{}", e.message);
         assert_eq!(e.code, "invalid_argument");
+    }
+
+    /// A body that sends `{` and then nothing.
+    fn trickled() -> axum::extract::Request {
+        use futures::StreamExt;
+        let first = futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from("{")) });
+        let body = Body::from_stream(first.chain(futures::stream::pending()));
+        axum::extract::Request::new(body)
+    }
+
+    #[tokio::test]
+    async fn a_body_bound_by_a_deadline_is_408_when_it_passes() {
+        use std::time::{Duration, Instant};
+        let req = bound(trickled(), Duration::from_millis(200));
+        let started = Instant::now();
+        let e = read(req.into_body(), Dialect::Rpc).await.unwrap_err();
+        assert_eq!(
+            (e.status, e.code, e.close),
+            (StatusCode::REQUEST_TIMEOUT, "deadline_exceeded", true)
+        );
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        // Any reader sees the deadline, not only `read`.
+        let req = bound(trickled(), Duration::from_millis(50));
+        let e = axum::body::to_bytes(req.into_body(), usize::MAX)
+            .await
+            .unwrap_err();
+        assert!(caused_by::<BodyTimedOut>(&e), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_body_in_time_is_read_whole() {
+        let req = with_deadline(axum::extract::Request::new(Body::from("{\"a\":1}")));
+        assert_eq!(
+            &read(req.into_body(), Dialect::Locks).await.unwrap()[..],
+            b"{\"a\":1}"
+        );
+        // No body, no wrapper.
+        let req = with_deadline(axum::extract::Request::new(Body::empty()));
+        assert!(read(req.into_body(), Dialect::Locks)
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]

@@ -95,10 +95,7 @@ pub fn router(node: SharedNode) -> Router {
         .route_layer(middleware::from_fn(record_metrics))
         .with_state(node.clone())
         .merge(internal)
-        .layer(middleware::from_fn_with_state(
-            node,
-            refuse_clients_on_reserve,
-        ))
+        .layer(middleware::from_fn_with_state(node, guard))
         .layer(
             ServiceBuilder::new()
                 .layer(middleware::from_fn(idempotency::note))
@@ -106,6 +103,7 @@ pub fn router(node: SharedNode) -> Router {
                 .layer(
                     TraceLayer::new_for_http()
                         .make_span_with(telemetry::request_span)
+                        .on_response(telemetry::on_response)
                         .on_failure(telemetry::on_server_error),
                 )
                 .layer(PropagateRequestIdLayer::new(request_id)),
@@ -119,27 +117,49 @@ pub fn client_router(node: SharedNode) -> Router {
     router(node).layer(middleware::from_fn(refuse_peer_traffic))
 }
 
-/// On a connection accepted past `--max-connections` (`listener::PEER_RESERVE`), serves
-/// only node-to-node requests: those that present the cluster secret.
-async fn refuse_clients_on_reserve(
-    State(node): State<SharedNode>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let reserved = req
-        .extensions()
-        .get::<crate::listener::ReservedForPeers>()
-        .is_some();
-    if reserved && auth::admit_peer(&node, req.headers()).is_err() {
-        metrics::counter!("raftlock_connections_refused_total", "reason" => "max_connections")
-            .increment(1);
-        let d = Dialect::of_path(req.uri().path());
-        let message = "the node is at --max-connections; retry";
-        return ApiError::new(d, StatusCode::SERVICE_UNAVAILABLE, message)
-            .closing()
-            .into_response();
+/// What every request passes first, from its head alone, before any handler or extractor
+/// reads its body:
+/// - a node-to-node route (`/internal/…`) needs the cluster secret: without it, `401` (as the
+///   routes answer it) and the connection closed, the body unread — a client without
+///   credentials cannot get the node to wait for a body it trickles;
+/// - a request with the cluster secret frees its connection's slot: peers are counted apart
+///   from clients (see [`crate::listener`]);
+/// - on a connection accepted past `--max-connections` (`listener::PEER_RESERVE`), only
+///   node-to-node requests are served: others get `503` and the connection closed;
+/// - the body must then arrive within [`body::BODY_READ_TIMEOUT`] of the head, whoever
+///   reads it ([`body::with_deadline`]).
+///
+/// Lock and admin routes check their credentials from the headers before reading the body
+/// too (`forward::to_leader`, [`auth::admits_before_body`]).
+async fn guard(State(node): State<SharedNode>, req: Request, next: Next) -> Response {
+    let peer = auth::has_cluster_secret(&node, req.headers());
+    let path = req.uri().path();
+    if !peer && path.starts_with("/internal/") {
+        return closing(auth::PeerRefusal::Secret.into_response());
     }
-    next.run(req).await
+    if let Some(slot) = req.extensions().get::<crate::listener::ConnectionSlot>() {
+        if peer {
+            slot.release_for_peer();
+        } else if slot.reserved() && slot.counted() {
+            metrics::counter!("raftlock_connections_refused_total", "reason" => "max_connections")
+                .increment(1);
+            let d = Dialect::of_path(path);
+            let message = "the node is at --max-connections; retry";
+            return ApiError::new(d, StatusCode::SERVICE_UNAVAILABLE, message)
+                .closing()
+                .into_response();
+        }
+    }
+    next.run(body::with_deadline(req)).await
+}
+
+/// `resp` with `Connection: close`: the request's body was not read.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 async fn refuse_peer_traffic(req: Request, next: Next) -> Response {
