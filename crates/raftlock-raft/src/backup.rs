@@ -14,16 +14,20 @@
 //!
 //! Every restore of a cluster is one [`RestoreId`]: a UUID (version 7) minted by the first
 //! node's restore and given to every other node's, carrying the moment of the restore. From
-//! it and the backup alone each node's restore derives the same state, so the nodes agree:
-//! - the cluster id (`restored_cluster_id`): two restores of one backup — a retried drill, a
+//! it, the backup and `--peers` alone each node's restore derives byte-identical state, so the
+//! nodes agree:
+//! - the cluster id ([`restored_cluster_id`]): two restores of one backup — a retried drill, a
 //!   second site — are two clusters, and a node of one is refused by the other;
-//! - the fencing tokens: they jump forward by [`RESTORE_FENCING_SKIP`] (past any token the old
-//!   cluster may have handed out after the backup) plus a slot of [`RESTORE_SLOT_TOKENS`]
-//!   picked by the restore id among [`RESTORE_SLOTS`], so two restores of one backup hand out
-//!   different tokens (unless their ids fall in the same slot: 1 in 65,536);
+//! - the fencing tokens ([`fencing_skip`]): they jump forward by [`RESTORE_FENCING_SKIP`] (past
+//!   any token the old cluster may have handed out after the backup) plus an offset below
+//!   [`RESTORE_TOKEN_SPREAD`] drawn from the new cluster id ([`token_offset`]), so two
+//!   restores of one backup start their tokens at independent, uniformly spread points: they
+//!   hand out a common token with probability at most `(N_A + N_B) / 2^47` when each hands out
+//!   at most `N_A`, `N_B` tokens (docs/operations.md, *Backup and restore*);
 //! - the state's time: moved forward to the restore's moment (expired leases are reaped as a
-//!   tick at that time would), so the restored cluster's time starts from real time rather
-//!   than from the backup's, and a lease ends when its holder was told it would.
+//!   tick at that time would), never back. (What makes the restored cluster's time real time
+//!   when its nodes start later is the server's clock: the snapshot a node starts from is a
+//!   replayed observation, not a live one — `raftlock-server`'s `clock.rs`.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -57,11 +61,17 @@ pub const RESTORE_FENCING_SKIP: u64 = 1 << 45;
 /// Oldest backup a restore accepts: older, the old cluster could (at the assumed rate) have
 /// issued more tokens since than [`RESTORE_FENCING_SKIP`] skips.
 pub const MAX_BACKUP_AGE_SECONDS: u64 = RESTORE_FENCING_SKIP / MAX_TOKENS_PER_SECOND;
-/// How many token slots a restore picks from by its id, and how wide each is: 2^32 tokens,
-/// five days of writes at 10,000 a second before a cluster's tokens reach the next slot.
-/// Together they use 2^48 of the 2^52 tokens above 2^52.
-pub const RESTORE_SLOTS: u64 = 1 << 16;
-pub const RESTORE_SLOT_TOKENS: u64 = 1 << 32;
+/// Width of the range a restore's extra token offset ([`token_offset`]) is drawn from,
+/// uniformly: two restores of one backup share a token only if their offsets fall within the
+/// number of tokens they hand out of each other. A restore moves tokens forward by at most
+/// [`RESTORE_FENCING_SKIP`] + 2^47 = 5 × 2^45, so the 2^52 tokens of (2^52, 2^53) hold 25
+/// generations of restores of restores (a restore that would leave the range is refused).
+pub const RESTORE_TOKEN_SPREAD: u64 = 1 << 47;
+/// How far in this machine's future a given restore id's moment may be: further, the clocks
+/// of the machines restoring one cluster disagree, and the restored time (the id's moment,
+/// a floor for the cluster's time) would run ahead of real time — leases would end before
+/// their holders were told.
+pub const MAX_RESTORE_ID_AHEAD_MS: i64 = 2_000;
 
 /// One restore of a cluster: minted once, by the first node's restore, and given to every
 /// other node's so they derive the same state. A UUID of version 7, whose timestamp is the
@@ -96,9 +106,19 @@ impl RestoreId {
         })
     }
 
-    /// The token slot this restore picks ([`RESTORE_SLOTS`]): from the id's random bits.
-    pub fn slot(&self) -> u64 {
-        (self.0.as_u128() as u64) % RESTORE_SLOTS
+    /// Refuses an id whose moment is more than [`MAX_RESTORE_ID_AHEAD_MS`] after `now_ms`
+    /// (this machine's wall clock): minted on a machine whose clock runs ahead.
+    pub fn check_not_ahead(&self, now_ms: i64) -> Result<(), BackupError> {
+        let ahead = self.at_ms() - now_ms;
+        if ahead > MAX_RESTORE_ID_AHEAD_MS {
+            return Err(BackupError::Restore(format!(
+                "--restore-id {self} was minted {} ms in this machine's future: the clocks of \
+                 the machines restoring this cluster disagree (the restored cluster's time \
+                 would run ahead of real time); fix the clocks and restore every node again",
+                ahead
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -202,10 +222,15 @@ fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8]), BackupError> {
     Ok((header, body))
 }
 
-/// The fencing-token skip of `restore`: [`RESTORE_FENCING_SKIP`] past what the old cluster may
-/// have issued, plus the restore's slot; refused for a backup older than
+/// The fencing-token skip of `restore` into the cluster `cluster_id`
+/// ([`restored_cluster_id`]): [`RESTORE_FENCING_SKIP`] past what the old cluster may have
+/// issued, plus the cluster's [`token_offset`]; refused for a backup older than
 /// [`MAX_BACKUP_AGE_SECONDS`], which the skip could not cover.
-pub fn fencing_skip(header: &BackupHeader, restore: &RestoreId) -> Result<u64, BackupError> {
+pub fn fencing_skip(
+    header: &BackupHeader,
+    restore: &RestoreId,
+    cluster_id: &Uuid,
+) -> Result<u64, BackupError> {
     let now_ms = restore.at_ms();
     let age_s = (now_ms - header.taken_at_ms).max(0) as u64 / 1000;
     if age_s > MAX_BACKUP_AGE_SECONDS {
@@ -215,7 +240,21 @@ pub fn fencing_skip(header: &BackupHeader, restore: &RestoreId) -> Result<u64, B
             MAX_BACKUP_AGE_SECONDS / 86_400
         )));
     }
-    Ok(RESTORE_FENCING_SKIP + restore.slot() * RESTORE_SLOT_TOKENS)
+    Ok(RESTORE_FENCING_SKIP + token_offset(cluster_id))
+}
+
+/// Where in [0, [`RESTORE_TOKEN_SPREAD`]) the tokens of the restored cluster `cluster_id`
+/// start beyond [`RESTORE_FENCING_SKIP`]: 47 bits of a SHA-1 of the id (a version-5 UUID, so
+/// no new dependency). The cluster id already hashes the backup, the peers and the restore
+/// id; hashing it again under its own label makes the offset of two restores two independent
+/// uniform draws — unlike bits taken from the restore id itself, which a hand-written id
+/// need not spread and which would give two clusters of one id with other `--peers` the
+/// same tokens.
+pub fn token_offset(cluster_id: &Uuid) -> u64 {
+    let label = format!("raftlock-restore-tokens:{cluster_id}");
+    let hash = Uuid::new_v5(&Uuid::NAMESPACE_OID, label.as_bytes());
+    // The last 8 bytes: 62 hash bits under the 2 variant bits; the low 47 are taken.
+    (hash.as_u128() as u64) % RESTORE_TOKEN_SPREAD
 }
 
 /// Refuses a header and a state that were not written together (frames of two backups).
@@ -230,7 +269,7 @@ fn check_matches(header: &BackupHeader, state: &SmData) -> Result<(), BackupErro
 
 /// The id every node of `restore` from `header` with `peers` gets: derived from all three, so
 /// restoring each node separately gives them one id, never the old cluster's, and never
-/// another restore's.
+/// another restore's (a version-5 UUID: two distinct inputs collide with probability 2^-122).
 pub fn restored_cluster_id(
     header: &BackupHeader,
     peers: &BTreeMap<NodeId, String>,
@@ -243,9 +282,24 @@ pub fn restored_cluster_id(
     Uuid::new_v5(&Uuid::NAMESPACE_OID, seed.as_bytes())
 }
 
+/// What a restore made of a node's data directory: the same for every node of one restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// The new cluster's id ([`restored_cluster_id`]).
+    pub cluster_id: Uuid,
+    /// How far every fencing-token counter moved ([`fencing_skip`]).
+    pub fencing_skip: u64,
+    /// The next project-lock fencing token of the restored cluster.
+    pub next_fencing_token: u64,
+    /// The restored state's time (Unix ns): the restore's moment, or the backup's own time if
+    /// that is later.
+    pub state_time: Nanos,
+}
+
 /// Prepares the empty data directory `dir` as node `node_id` of `restore`, a new cluster of
-/// `peers` holding the backed-up state: tokens moved forward ([`fencing_skip`]), time moved
-/// to the restore's moment. Returns the new cluster id.
+/// `peers` holding the backed-up state: a new cluster id, tokens moved forward
+/// ([`fencing_skip`]), time moved to the restore's moment. A function of its arguments only
+/// (never of this machine's clock): every node of one restore gets byte-identical state.
 pub fn restore_into(
     dir: &Path,
     header: &BackupHeader,
@@ -253,14 +307,27 @@ pub fn restore_into(
     node_id: NodeId,
     peers: &BTreeMap<NodeId, String>,
     restore: &RestoreId,
-) -> Result<Uuid, BackupError> {
-    let skip = fencing_skip(header, restore)?;
+) -> Result<Restored, BackupError> {
+    let cluster_id = restored_cluster_id(header, peers, restore);
+    let skip = fencing_skip(header, restore, &cluster_id)?;
     let fail = |e: &dyn std::fmt::Display| BackupError::Restore(format!("{}: {e}", dir.display()));
     if !peers.contains_key(&node_id) {
         return Err(BackupError::Restore(format!(
             "--peers does not list node {node_id}"
         )));
     }
+    let next_fencing_token = state
+        .machine
+        .skip_fencing_tokens(skip)
+        .map_err(|e| fail(&e))?;
+    // Time starts from the restore's moment, not the backup's: a tick at that time, as the
+    // first entry after the restore would be (it reaps what expired meanwhile). Never back.
+    let restored_at = restore.at_ms().saturating_mul(1_000_000);
+    state.machine.apply(&raftlock_core::Command {
+        stamp: restored_at,
+        ops: Vec::new(),
+    });
+    let state_time = state.machine.time();
     if dir.exists() {
         if std::fs::read_dir(dir)
             .map_err(|e| fail(&e))?
@@ -285,17 +352,6 @@ pub fn restore_into(
         std::fs::remove_dir_all(&staging).map_err(|e| fail(&e))?;
     }
     std::fs::create_dir_all(&staging).map_err(|e| fail(&e))?;
-    state
-        .machine
-        .skip_fencing_tokens(skip)
-        .map_err(|e| fail(&e))?;
-    // Time starts from the restore's moment, not the backup's: a tick at that time, as the
-    // first entry after the restore would be (it reaps what expired meanwhile). Never back.
-    let restored_at = restore.at_ms().saturating_mul(1_000_000);
-    state.machine.apply(&raftlock_core::Command {
-        stamp: restored_at,
-        ops: Vec::new(),
-    });
     let index = header.last_applied.map_or(0, |id| id.index);
     let log_id = LogId::new(CommittedLeaderId::new(0, 0), index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
@@ -317,9 +373,8 @@ pub fn restore_into(
     };
     let os_dir: Arc<dyn Dir> = Arc::new(OsDir::open(&staging).map_err(|e| fail(&e))?);
     checked_file::save(&*os_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snapshot).map_err(|e| fail(&e))?;
-    let id = restored_cluster_id(header, peers, restore);
     ClusterIdentity::open_in(os_dir)
-        .and_then(|identity| identity.set_new(id))
+        .and_then(|identity| identity.set_new(cluster_id))
         .map_err(|e| fail(&e))?;
     std::fs::rename(&staging, dir).map_err(|e| fail(&e))?;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -327,7 +382,12 @@ pub fn restore_into(
             .and_then(|d| d.sync_all())
             .map_err(|e| fail(&e))?;
     }
-    Ok(id)
+    Ok(Restored {
+        cluster_id,
+        fencing_skip: skip,
+        next_fencing_token,
+        state_time,
+    })
 }
 
 #[cfg(test)]
@@ -429,26 +489,78 @@ mod tests {
         let (header, _) = read(&write(&sample(), Some(Uuid::nil()), 1_000).unwrap()).unwrap();
         let peers: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
         let (a, b) = (restore_at(5_000, 1), restore_at(5_000, 2));
-        assert_ne!(
+        let (id_a, id_b) = (
             restored_cluster_id(&header, &peers, &a),
-            restored_cluster_id(&header, &peers, &b)
+            restored_cluster_id(&header, &peers, &b),
         );
+        assert_ne!(id_a, id_b);
         let (skip_a, skip_b) = (
-            fencing_skip(&header, &a).unwrap(),
-            fencing_skip(&header, &b).unwrap(),
+            fencing_skip(&header, &a, &id_a).unwrap(),
+            fencing_skip(&header, &b, &id_b).unwrap(),
         );
-        assert!(
-            skip_a.abs_diff(skip_b) >= RESTORE_SLOT_TOKENS,
-            "{skip_a} {skip_b}"
-        );
-        assert!(skip_a.min(skip_b) >= RESTORE_FENCING_SKIP);
-        assert!(skip_a.max(skip_b) < RESTORE_FENCING_SKIP + RESTORE_SLOTS * RESTORE_SLOT_TOKENS);
+        assert_ne!(skip_a, skip_b);
+        for skip in [skip_a, skip_b] {
+            assert!(
+                (RESTORE_FENCING_SKIP..RESTORE_FENCING_SKIP + RESTORE_TOKEN_SPREAD).contains(&skip)
+            );
+        }
+        // Every input counts: another restore moment, other peers, another backup.
+        let other_peers: BTreeMap<u64, String> = [(1, "a:2".to_string())].into();
+        let mut later = header.clone();
+        later.taken_at_ms += 1;
+        for other in [
+            restored_cluster_id(&header, &peers, &restore_at(5_001, 1)),
+            restored_cluster_id(&header, &other_peers, &a),
+            restored_cluster_id(&later, &peers, &a),
+        ] {
+            assert_ne!(other, id_a);
+        }
+        // The same inputs, the same answer (every node of one restore).
+        assert_eq!(restored_cluster_id(&header, &peers, &a), id_a);
+        assert_eq!(fencing_skip(&header, &a, &id_a).unwrap(), skip_a);
         // A minted id carries its moment, and only a version-7 id is taken.
         let minted = RestoreId::mint();
         assert!((minted.at_ms() - chrono_free_now_ms()).abs() < 5_000);
         assert_eq!(RestoreId::parse(&minted.to_string()).unwrap(), minted);
         assert!(RestoreId::parse(&Uuid::new_v4().to_string()).is_err());
         assert!(RestoreId::parse("nope").is_err());
+        // An id from the future (a restoring machine's clock ahead) is refused.
+        assert!(a.check_not_ahead(5_000 - MAX_RESTORE_ID_AHEAD_MS).is_ok());
+        let err = a.check_not_ahead(5_000 - MAX_RESTORE_ID_AHEAD_MS - 1);
+        assert!(err.unwrap_err().to_string().contains("future"));
+    }
+
+    /// The token offsets of restores are spread over the whole range like independent uniform
+    /// draws, even for restore ids that differ in one bit (hand-written or minted in one
+    /// millisecond): what the documented collision bound assumes.
+    #[test]
+    fn token_offsets_spread_uniformly_even_for_neighbouring_ids() {
+        let (header, _) = read(&write(&sample(), Some(Uuid::nil()), 1_000).unwrap()).unwrap();
+        let peers: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
+        let n = 4096u64;
+        let mut offsets: Vec<u64> = (0..n)
+            .map(|i| token_offset(&restored_cluster_id(&header, &peers, &restore_at(5_000, i))))
+            .collect();
+        assert!(offsets.iter().all(|o| *o < RESTORE_TOKEN_SPREAD));
+        // Each eighth of the range holds its share (n/8 = 512, ± 5 standard deviations).
+        for eighth in 0..8 {
+            let lo = eighth * (RESTORE_TOKEN_SPREAD / 8);
+            let count = offsets
+                .iter()
+                .filter(|o| (lo..lo + RESTORE_TOKEN_SPREAD / 8).contains(*o))
+                .count() as f64;
+            assert!(
+                (count - 512.0).abs() < 5.0 * 21.2,
+                "eighth {eighth}: {count}"
+            );
+        }
+        // No two of them closer than 2^16 tokens: uniform draws have on average
+        // (n^2 / 2) * 2 * 2^16 / 2^47 = 2^-7 such pairs (these ids are fixed, so the answer
+        // never changes). The slot scheme this replaced (2^16 slots of 2^32 tokens) put two
+        // of 4096 ids in one slot — the same tokens — on average 128 times.
+        offsets.sort_unstable();
+        let closest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+        assert!(closest > 1 << 16, "two offsets {closest} apart");
     }
 
     fn chrono_free_now_ms() -> i64 {
@@ -456,6 +568,48 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64
+    }
+
+    /// Each restore moves tokens by at most 5 × 2^45: 25 generations of restores of restores
+    /// fit in (2^52, 2^53); a restore that would leave the range is refused and leaves no
+    /// directory behind.
+    #[test]
+    fn restores_of_restores_fit_until_the_range_ends_then_are_refused() {
+        assert_eq!(RESTORE_FENCING_SKIP + RESTORE_TOKEN_SPREAD, 5 << 45);
+        let peers: BTreeMap<u64, String> = [(1, "a:1".to_string())].into();
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = sample();
+        let mut generations = 0;
+        loop {
+            let bytes = write(&state, Some(Uuid::nil()), 1_000).unwrap();
+            let (header, backed_up) = read(&bytes).unwrap();
+            let target = dir.path().join(generations.to_string());
+            match restore_into(
+                &target,
+                &header,
+                backed_up,
+                1,
+                &peers,
+                &restore_at(2_000, 9),
+            ) {
+                Ok(restored) => {
+                    assert!(restored.next_fencing_token < 1 << 53);
+                    let (_log, sm) = crate::open(&target).unwrap();
+                    state = sm.shared().read().unwrap().clone();
+                    generations += 1;
+                }
+                Err(e) => {
+                    assert!(e.to_string().contains("(2^52, 2^53)"), "{e}");
+                    assert!(
+                        !target.exists(),
+                        "a refused restore left {}",
+                        target.display()
+                    );
+                    break;
+                }
+            }
+        }
+        assert!(generations >= 25, "{generations} generations");
     }
 
     #[test]
@@ -469,15 +623,35 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let peers: BTreeMap<u64, String> = [(1, "a:1".to_string()), (2, "b:1".to_string())].into();
         let restore = restore_at(taken_at + 20_000, 7);
-        let skip = fencing_skip(&header, &restore).unwrap();
         let too_old = taken_at + (MAX_BACKUP_AGE_SECONDS as i64 + 1) * 1000;
-        assert!(fencing_skip(&header, &restore_at(too_old, 7)).is_err());
-        let id = restore_into(dir.path(), &header, state.clone(), 1, &peers, &restore).unwrap();
+        assert!(fencing_skip(&header, &restore_at(too_old, 7), &Uuid::nil()).is_err());
+        let restored =
+            restore_into(dir.path(), &header, state.clone(), 1, &peers, &restore).unwrap();
+        let (id, skip) = (restored.cluster_id, restored.fencing_skip);
         assert_ne!(id, Uuid::nil(), "a new cluster id");
         assert_eq!(
             id,
             restored_cluster_id(&header, &peers, &restore),
             "the same for every node"
+        );
+        assert_eq!(skip, fencing_skip(&header, &restore, &id).unwrap());
+        assert_eq!(restored.next_fencing_token, before + skip);
+        assert_eq!(restored.state_time, (taken_at + 20_000) * 1_000_000);
+        // Node 2 of the same restore, elsewhere: byte-identical state.
+        let other = tempfile::tempdir().unwrap();
+        let restored_2 = restore_into(
+            &other.path().join("2"),
+            &header,
+            state.clone(),
+            2,
+            &peers,
+            &restore,
+        )
+        .unwrap();
+        assert_eq!(restored_2, restored);
+        assert_eq!(
+            std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap(),
+            std::fs::read(other.path().join("2").join(SNAPSHOT_FILE)).unwrap()
         );
         // The directory opens as a node whose state is the backup's, tokens moved forward.
         let (_log, sm) = crate::open(dir.path()).unwrap();

@@ -2,6 +2,7 @@
 //! the watcher that records every applied cluster time, and the guard that keeps a node whose
 //! wall clock is off from campaigning.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,9 +84,15 @@ pub struct NodeClock {
     rule: Mutex<ClusterClock>,
     /// Origin of this node's monotonic readings.
     origin: Instant,
-    /// The last log index when the process started: entries above it were committed while
-    /// the process ran, so the time they carry is fresh.
-    start_log_index: u64,
+    /// The last index this node held when the process started — its log's end, or the
+    /// snapshot it loaded when that is further ([`NodeClock::spawn_tasks`]): entries above it
+    /// were committed while the process ran, so the time they carry is fresh; the time of
+    /// anything at or below it was replayed from disk.
+    start_index: AtomicU64,
+    /// The latest cluster time replayed from disk (applied at or below `start_index`): an
+    /// entry committed since that carries no stamp of its own — a new leader's blank entry, a
+    /// membership change — leaves the machine's time here, and that time is not fresh.
+    replayed_time: AtomicI64,
     /// Largest tolerated |wall − cluster time| before the node stops campaigning.
     max_offset: Nanos,
     /// When this node last saw an entry applied (or started): no progress for a while means
@@ -118,7 +125,8 @@ impl NodeClock {
         Ok(Arc::new(NodeClock {
             rule: Mutex::new(rule),
             origin: Instant::now(),
-            start_log_index,
+            start_index: AtomicU64::new(start_log_index),
+            replayed_time: AtomicI64::new(0),
             max_offset: max_offset.as_nanos() as Nanos,
             last_progress: Mutex::new(Instant::now()),
             stall: UNFIT_GRACE.max(2 * tick),
@@ -159,12 +167,33 @@ impl NodeClock {
         self.rule.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records the cluster time of the state machine after applying entry `index`.
+    /// Records the cluster time of the state machine after applying entry `index`. It is a
+    /// live view only when a leader stamped it while this process ran: the entry is above
+    /// what the node started with, and the time is past every time replayed from disk (an
+    /// unstamped entry — the blank entry each new leader commits first — repeats the replayed
+    /// time; after a cold start of every node, or a restore, anchoring the first leader's
+    /// line on it put the cluster behind real time by the downtime or the backup's age).
     pub fn observe_applied(&self, time: Nanos, index: u64) {
         *self.last_progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let mono = self.mono();
-        self.rule()
-            .observe(time, mono, index > self.start_log_index);
+        let live = if index > self.start_index.load(Ordering::Relaxed) {
+            time > self.replayed_time.load(Ordering::Relaxed)
+        } else {
+            self.replayed_time.fetch_max(time, Ordering::Relaxed);
+            false
+        };
+        self.rule().observe(time, mono, live);
+    }
+
+    /// Records that the state this node started from was applied up to `index`: a snapshot
+    /// can reach past the log's end — a restored data directory holds a snapshot and no log
+    /// at all — and its time is the backup's (or the restore's), replayed, not a live
+    /// observation. Taken as live, a restored cluster's first leader drew its line from it and
+    /// the cluster ran behind real time by the backup's age (issue 39: `clock_offset_ms`
+    /// 20,074 after a restore 20 s after the save, a 30 s lease promised 9 s ahead).
+    fn started_at(&self, index: u64, time: Nanos) {
+        self.start_index.fetch_max(index, Ordering::Relaxed);
+        self.replayed_time.fetch_max(time, Ordering::Relaxed);
     }
 
     /// The time for an entry proposed, or a read judged, now by the leader of `term` whose
@@ -207,13 +236,16 @@ impl NodeClock {
         fit || stalled
     }
 
-    /// Starts the watcher of applied entries and the campaign guard.
+    /// Starts the watcher of applied entries and the campaign guard. Called as the node
+    /// starts, before it serves peers: whatever `state` has applied by then was loaded or
+    /// replayed from this node's own disk, never committed while it ran.
     pub fn spawn_tasks(
         self: &Arc<Self>,
         raft: Raft,
         state: SharedState,
         applied_rx: watch::Receiver<u64>,
     ) {
+        self.started_at(applied_index(&state), applied_time(&state));
         tokio::spawn(watch_applied(Arc::clone(self), state.clone(), applied_rx));
         tokio::spawn(guard(Arc::clone(self), raft, state));
     }
@@ -222,6 +254,13 @@ impl NodeClock {
 /// The cluster time the state machine has applied up to (0 before any stamped entry).
 pub fn applied_time(state: &SharedState) -> Nanos {
     state.read().map_or(0, |s| s.machine.time())
+}
+
+/// The index the state machine has applied up to (0 before any).
+fn applied_index(state: &SharedState) -> u64 {
+    state
+        .read()
+        .map_or(0, |s| s.last_applied.map_or(0, |id| id.index))
 }
 
 async fn watch_applied(clock: Arc<NodeClock>, state: SharedState, mut rx: watch::Receiver<u64>) {
@@ -282,5 +321,73 @@ async fn guard(clock: Arc<NodeClock>, raft: Raft, state: SharedState) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Nanos = 1_000_000_000;
+
+    fn clock(start_log_index: u64) -> (Arc<NodeClock>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let os: Arc<dyn Dir> = Arc::new(raftlock_raft::fs::OsDir::open(dir.path()).unwrap());
+        let clock = NodeClock::new(
+            start_log_index,
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+            os,
+        )
+        .unwrap();
+        (clock, dir)
+    }
+
+    /// A restored data directory: a snapshot at index 42 and no log (the log ends at 0). The
+    /// snapshot's time is the backup's, 20 s old: not a live view, so the node is not fit to
+    /// campaign on it, and a cold-start leader's line starts from its wall clock, not from it.
+    #[test]
+    fn a_snapshot_beyond_the_log_is_replayed_time_not_a_live_view() {
+        let (clock, _dir) = clock(0);
+        let old = wall_clock() - 20 * S;
+        clock.started_at(42, old);
+        clock.observe_applied(old, 42);
+        assert!(!clock.rule().is_live());
+        assert!(!clock.may_campaign(old), "fit on a 20 s old time");
+        // The first leader's blank entry (43) carries no stamp: the machine's time is still
+        // the snapshot's.
+        clock.observe_applied(old, 43);
+        assert!(
+            !clock.rule().is_live(),
+            "an unstamped entry taken as a live view"
+        );
+        let stamp = clock.stamp(1, old);
+        assert!(
+            (wall_clock() - stamp).abs() < S,
+            "the first leader stamped {} ms behind its wall clock",
+            (wall_clock() - stamp) / 1_000_000
+        );
+        // The first stamped entry committed while the node runs is live.
+        clock.observe_applied(stamp, 44);
+        assert!(clock.rule().is_live());
+        assert!(clock.offset().unwrap().abs() < S);
+    }
+
+    /// A whole cluster restarted from its logs (no restart hint): the new leader's blank entry
+    /// repeats the last replayed time, which is as old as the downtime; only a stamped entry
+    /// makes the view live.
+    #[test]
+    fn a_blank_entry_after_a_cold_start_is_not_a_live_view() {
+        let (clock, _dir) = clock(100);
+        let old = wall_clock() - 60 * S;
+        clock.started_at(90, 0); // the snapshot is below the log's end
+        clock.observe_applied(old - S, 90);
+        clock.observe_applied(old, 100);
+        clock.observe_applied(old, 101);
+        assert!(!clock.rule().is_live());
+        let stamp = clock.stamp(4, old);
+        assert!((wall_clock() - stamp).abs() < S);
+        clock.observe_applied(stamp, 102);
+        assert!(clock.rule().is_live());
     }
 }

@@ -169,18 +169,26 @@ fn restore(
     let peers =
         crate::config::parse_peers(peers).map_err(|e| Failure::error(format!("--peers: {e:#}")))?;
     let restore = match restore_id {
-        Some(text) => RestoreId::parse(text).map_err(|e| Failure::error(e.to_string()))?,
+        Some(text) => {
+            let given = RestoreId::parse(text).map_err(|e| Failure::error(e.to_string()))?;
+            given
+                .check_not_ahead(crate::clock::wall_clock() / 1_000_000)
+                .map_err(|e| Failure::error(e.to_string()))?;
+            given
+        }
         None => RestoreId::mint(),
     };
     let bytes = read_file(file)?;
     let (header, state) =
         backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
-    let skip =
-        backup::fencing_skip(&header, &restore).map_err(|e| Failure::error(e.to_string()))?;
-    let id = backup::restore_into(dir, &header, state, node_id, &peers, &restore)
+    let restored = backup::restore_into(dir, &header, state, node_id, &peers, &restore)
         .map_err(|e| Failure::error(e.to_string()))?;
+    let (id, skip) = (restored.cluster_id, restored.fencing_skip);
     let others = if restore_id.is_none() {
-        format!("; restore every other node of this cluster with --restore-id {restore}")
+        format!(
+            "\nrestore every other node of this cluster with --restore-id {restore} (the same \
+             FILE and --peers); a restore without it is another cluster"
+        )
     } else {
         String::new()
     };
@@ -190,13 +198,17 @@ fn restore(
             "node_id": node_id,
             "cluster_id": id,
             "restore_id": restore.to_string(),
+            "restore_id_minted": restore_id.is_none(),
             "restored_at_ms": restore.at_ms(),
+            "state_time_ns": restored.state_time,
             "fencing_tokens_skipped": skip,
+            "next_fencing_token": restored.next_fencing_token,
         }),
         || {
             format!(
-                "{} is node {node_id} of new cluster {id} (restore {restore}, fencing tokens skipped: {skip}){others}; start it with the same --peers",
-                dir.display()
+                "{} is node {node_id} of new cluster {id} (restore {restore}, fencing tokens skipped: {skip}, next token {}); start it with the same --peers{others}",
+                dir.display(),
+                restored.next_fencing_token,
             )
         },
     );
