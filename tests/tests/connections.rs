@@ -225,23 +225,8 @@ async fn slow_bodies_are_shed_and_a_normal_client_is_served() -> Result<()> {
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
     let head = "POST /locks/slow/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rlk_fake_secret\r\nX-Volcano-Lock-Token: 4f83efc2-8fe7-42e8-8347-43493dc5bd8f\r\nContent-Length: 1000\r\n\r\n{";
-    // The harness's own keep-alive connections close once idle for the header-read timeout;
-    // then the eight slow bodies hold every client slot of the node.
-    raftlock_tests::eventually(
-        Duration::from_secs(20),
-        "no other open connection",
-        || async {
-            let (_, metrics) = raw_get(&cluster.addr(1), "/metrics").await.ok()?;
-            let open = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("raftlock_http_connections "))?
-                .trim()
-                .parse::<f64>()
-                .ok()?;
-            (open <= 1.0).then_some(())
-        },
-    )
-    .await?;
+    // Then the eight slow bodies hold every client slot of the node.
+    wait_for_idle_connections(&cluster).await?;
     let started = std::time::Instant::now();
     let mut slow = Vec::new();
     for _ in 0..8 {
