@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::paging::{list_response, namespace_list_request};
+
 /// A barrier as it is at the time of the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -138,21 +140,9 @@ pub struct UpdateBarrierRequest {
     pub expected_version: Option<u64>,
 }
 
+namespace_list_request! {
 /// `ListBarriers`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListBarriersRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Token from a previous page; empty for the first page.
-    #[serde(default)]
-    pub pagination_token: String,
+ListBarriersRequest
 }
 
 /// `ArriveAtBarrier`: records an arrival for `expected_generation` (the current one) and
@@ -257,26 +247,18 @@ pub struct WaitAtBarrierResponse {
     pub outcome: BarrierWaitOutcome,
 }
 
+list_response! {
 /// Answer of `ListBarriers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListBarriersResponse {
+ListBarriersResponse {
     /// One page, by name.
-    pub barriers: Vec<Barrier>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        barriers: Barrier
+    }
 }
 
+list_response! {
 /// Answer of `ListBarrierParticipants`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListBarrierParticipantsResponse {
+ListBarrierParticipantsResponse {
     /// One page, by process id.
-    pub participants: Vec<BarrierParticipant>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        participants: BarrierParticipant
+    }
 }

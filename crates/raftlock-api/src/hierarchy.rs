@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::paging::{list_response, namespace_list_request};
+
 use std::collections::BTreeMap;
 
 // ---- views -----------------------------------------------------------------------------
@@ -338,21 +340,9 @@ pub struct LockRequest {
     pub lock_name: String,
 }
 
+namespace_list_request! {
 /// `ListLocks` (only locked locks are listed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListLocksRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Token from a previous page; empty for the first page.
-    #[serde(default)]
-    pub pagination_token: String,
+ListLocksRequest
 }
 
 /// `ListWaiters` (raftlock's extension): the queued blocking acquires of a namespace.
@@ -417,40 +407,28 @@ impl AcquireLockResponse {
     }
 }
 
+list_response! {
 /// Answer of `ListNamespaces`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListNamespacesResponse {
+ListNamespacesResponse {
     /// One page, by name.
-    pub namespaces: Vec<Namespace>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        namespaces: Namespace
+    }
 }
 
+list_response! {
 /// Answer of `ListLockLeases`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListLockLeasesResponse {
+ListLockLeasesResponse {
     /// One page, by lease id.
-    pub leases: Vec<LockLease>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        leases: LockLease
+    }
 }
 
+list_response! {
 /// Answer of `ListLocks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListLocksResponse {
+ListLocksResponse {
     /// One page, by name.
-    pub locks: Vec<Lock>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        locks: Lock
+    }
 }
 
 /// Answer of `ListWaiters`.

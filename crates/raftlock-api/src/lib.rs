@@ -19,6 +19,8 @@
 //! - [`methods`]: one table of facts per method and project-lock route — effect (read,
 //!   repeatable write, once-only write), blocking, scope, schema names — that dispatch,
 //!   forwarding, idempotency, the OpenAPI document and the SDK read.
+//! - [`Listing`]: the shape of every list method (a page request, a page of items and its
+//!   tokens), declared once by the macros of `paging`.
 //! - `schemas` (feature `openapi`): the named field schemas — namespace and lock names, lease
 //!   ids, metadata — that several messages share, each pattern written once.
 //!
@@ -33,12 +35,15 @@ pub mod headers;
 pub mod hierarchy;
 pub mod locks;
 pub mod methods;
+mod paging;
 #[cfg(feature = "openapi")]
 pub mod schemas;
 pub mod semaphores;
 pub mod wait_groups;
 
 use std::collections::BTreeMap;
+
+pub use paging::Listing;
 
 /// Nanoseconds since the Unix epoch.
 pub type Nanos = i64;

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::paging::{list_response, namespace_list_request};
+
 use crate::hierarchy::AcquireOutcome;
 
 /// A semaphore as it is at the time of the answer.
@@ -140,21 +142,9 @@ pub struct UpdateSemaphoreRequest {
     pub expected_version: Option<u64>,
 }
 
+namespace_list_request! {
 /// `ListSemaphores`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListSemaphoresRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Token from a previous page; empty for the first page.
-    #[serde(default)]
-    pub pagination_token: String,
+ListSemaphoresRequest
 }
 
 /// `ListSemaphoreHolders`: the live holders, in the order they were first granted.
@@ -256,26 +246,18 @@ impl AcquireSemaphoreResponse {
     }
 }
 
+list_response! {
 /// Answer of `ListSemaphores`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListSemaphoresResponse {
+ListSemaphoresResponse {
     /// One page, by name.
-    pub semaphores: Vec<Semaphore>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        semaphores: Semaphore
+    }
 }
 
+list_response! {
 /// Answer of `ListSemaphoreHolders`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListSemaphoreHoldersResponse {
+ListSemaphoreHoldersResponse {
     /// One page, in the order the holds were first granted.
-    pub holders: Vec<SemaphoreHolder>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        holders: SemaphoreHolder
+    }
 }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::paging::{list_response, namespace_list_request};
+
 /// Where a wait group stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -166,21 +168,9 @@ pub struct UpdateWaitGroupRequest {
     pub expected_version: Option<u64>,
 }
 
+namespace_list_request! {
 /// `ListWaitGroups`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListWaitGroupsRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Token from a previous page; empty for the first page.
-    #[serde(default)]
-    pub pagination_token: String,
+ListWaitGroupsRequest
 }
 
 /// One job of a `CompleteJobsFromWaitGroup` batch.
@@ -273,26 +263,18 @@ pub struct WaitForWaitGroupResponse {
     pub outcome: WaitGroupWaitOutcome,
 }
 
+list_response! {
 /// Answer of `ListWaitGroups`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListWaitGroupsResponse {
+ListWaitGroupsResponse {
     /// One page, by name.
-    pub wait_groups: Vec<WaitGroup>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        wait_groups: WaitGroup
+    }
 }
 
+list_response! {
 /// Answer of `ListWaitGroupCompletedJobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListWaitGroupCompletedJobsResponse {
+ListWaitGroupCompletedJobsResponse {
     /// One page, by job id.
-    pub jobs: Vec<CompletedJob>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
+        jobs: CompletedJob
+    }
 }

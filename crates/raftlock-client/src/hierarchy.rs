@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::leases::LOCK_LEASES;
 use crate::transport::{Call, Client, Retry};
 use raftlock_api::methods::Effect;
+use raftlock_api::Listing;
 
 pub use raftlock_api::hierarchy::{
     AcquireLockRequest, AcquireLockResponse, AcquireOutcome, ContentionReason, Lock, LockHolder,
@@ -49,37 +50,16 @@ pub struct Page<T> {
     pub previous_pagination_token: String,
 }
 
-/// A list method's response message: its items and both page tokens.
-pub(crate) trait Listing: DeserializeOwned {
-    type Item;
-    fn into_page(self) -> Page<Self::Item>;
-}
-
-macro_rules! listing {
-    ($($response:ty => $items:ident: $item:ty),* $(,)?) => {$(
-        impl Listing for $response {
-            type Item = $item;
-            fn into_page(self) -> Page<$item> {
-                Page {
-                    items: self.$items,
-                    next_pagination_token: self.next_pagination_token,
-                    previous_pagination_token: self.previous_pagination_token,
-                }
-            }
+impl<T> Page<T> {
+    /// The page of a list method's answer.
+    pub(crate) fn of<R: Listing<Item = T>>(response: R) -> Self {
+        let (items, next_pagination_token, previous_pagination_token) = response.into_page();
+        Page {
+            items,
+            next_pagination_token,
+            previous_pagination_token,
         }
-    )*};
-}
-
-listing! {
-    raftlock_api::hierarchy::ListNamespacesResponse => namespaces: raftlock_api::hierarchy::Namespace,
-    raftlock_api::hierarchy::ListLockLeasesResponse => leases: raftlock_api::hierarchy::LockLease,
-    raftlock_api::hierarchy::ListLocksResponse => locks: raftlock_api::hierarchy::Lock,
-    raftlock_api::semaphores::ListSemaphoresResponse => semaphores: raftlock_api::semaphores::Semaphore,
-    raftlock_api::semaphores::ListSemaphoreHoldersResponse => holders: raftlock_api::semaphores::SemaphoreHolder,
-    raftlock_api::wait_groups::ListWaitGroupsResponse => wait_groups: raftlock_api::wait_groups::WaitGroup,
-    raftlock_api::wait_groups::ListWaitGroupCompletedJobsResponse => jobs: raftlock_api::wait_groups::CompletedJob,
-    raftlock_api::barriers::ListBarriersResponse => barriers: raftlock_api::barriers::Barrier,
-    raftlock_api::barriers::ListBarrierParticipantsResponse => participants: raftlock_api::barriers::BarrierParticipant,
+    }
 }
 
 /// How a call of hierarchical `method` may be repeated, from the method registry: a blocking
@@ -130,15 +110,14 @@ impl Client {
     }
 
     /// Calls list `method` and answers its page.
-    pub(crate) async fn rpc_page<R: Listing>(
+    pub(crate) async fn rpc_page<R: Listing + DeserializeOwned>(
         &self,
         method: &str,
         body: &impl Serialize,
     ) -> Result<Page<R::Item>> {
-        Ok(self
-            .rpc_as::<R>(method, body, Duration::ZERO)
-            .await?
-            .into_page())
+        Ok(Page::of(
+            self.rpc_as::<R>(method, body, Duration::ZERO).await?,
+        ))
     }
 
     pub(crate) fn protocol(&self, method: &str, e: serde_json::Error) -> crate::Error {
@@ -326,7 +305,7 @@ mod tests {
         let v = json!({"namespaces":[{"name":"n","description":"","metadata":{},"version":1,"created_at":5,"updated_at":5}],
                        "next_pagination_token":"t","previous_pagination_token":""});
         let r: raftlock_api::hierarchy::ListNamespacesResponse = serde_json::from_value(v).unwrap();
-        let p: Page<Namespace> = r.into_page();
+        let p: Page<Namespace> = Page::of(r);
         assert_eq!(p.items.len(), 1);
         assert_eq!(p.next_pagination_token, "t");
     }

@@ -25,7 +25,7 @@ pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as P
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
-use crate::spaces::{due, Due, Record, Spaces, Stored};
+use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
 use crate::{validate, Nanos, SECOND};
 
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
@@ -42,7 +42,7 @@ type Result<T> = std::result::Result<T, CoreError>;
 
 /// The wake-up topic of a barrier: waiting calls register under it.
 pub fn topic(project: &str, namespace: &str, name: &str) -> String {
-    format!("barrier/{project}/{namespace}/{name}")
+    Barrier::topic(project, namespace, name)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,13 +88,6 @@ fn participants_bytes(p: &Participants) -> usize {
 impl Barrier {
     fn delete_at(&self) -> Nanos {
         self.last_activity_at + self.delete_inactive_after_seconds as Nanos * SECOND
-    }
-
-    fn bytes(&self, name: &str) -> usize {
-        let past: usize = self.past.iter().map(|(_, p)| participants_bytes(p)).sum();
-        barrier_bytes(name, &self.description, &self.metadata)
-            + participants_bytes(&self.arrived)
-            + past
     }
 
     fn view(&self, name: &str) -> BarrierView {
@@ -166,21 +159,29 @@ pub struct Barriers {
 
 impl Stored for Barriers {
     type Rec = Barrier;
+    fn records(&self) -> &Spaces<Barrier> {
+        &self.records
+    }
+
     fn records_mut(&mut self) -> &mut Spaces<Barrier> {
         &mut self.records
+    }
+
+    fn delete(&mut self, project: &str, ns: &str, name: &str) {
+        Barriers::delete(self, project, ns, name)
     }
 }
 
 impl Record for Barrier {
     const KIND: &'static str = "barrier";
     const PLURAL: &'static str = "barriers";
+    const TOPIC: &'static str = "barrier";
 
     fn bytes(&self, name: &str) -> usize {
-        Barrier::bytes(self, name)
-    }
-
-    fn topic(project: &str, namespace: &str, name: &str) -> String {
-        topic(project, namespace, name)
+        let past: usize = self.past.iter().map(|(_, p)| participants_bytes(p)).sum();
+        barrier_bytes(name, &self.description, &self.metadata)
+            + participants_bytes(&self.arrived)
+            + past
     }
 }
 
@@ -193,16 +194,8 @@ impl Barriers {
 
     /// Deletes barriers idle past their time.
     pub fn reap(&mut self, t: Nanos) {
-        while (self.deletions.get_min()).is_some_and(|first| first.0 <= t) {
-            let (_, project, ns, name) = self.deletions.remove_min().expect("non-empty");
+        while let Some((_, project, ns, name)) = pop_due(&mut self.deletions, t) {
             self.delete(&project, &ns, &name);
-        }
-    }
-
-    /// Drops a deleted namespace's barriers; their waiting calls are woken.
-    pub fn delete_namespace(&mut self, project: &str, ns: &str) {
-        for name in self.records.names(project, ns) {
-            self.delete(project, ns, &name);
         }
     }
 

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use imbl::OrdMap;
+use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{ByteBudget, Scratch};
@@ -29,11 +29,28 @@ pub fn due(at: crate::Nanos, project: &str, namespace: &str, name: &str) -> Due 
     (at, project.into(), namespace.into(), name.into())
 }
 
+/// Takes the earliest entry of `index` if it is due at `t`.
+pub fn pop_due(index: &mut OrdSet<Due>, t: crate::Nanos) -> Option<Due> {
+    (index.get_min())
+        .is_some_and(|first| first.0 <= t)
+        .then(|| index.remove_min().expect("non-empty"))
+}
+
 /// A primitive kept in [`Spaces`]: what every such primitive answers the state machine the
 /// same way, by its records.
 pub(crate) trait Stored: Sized {
     type Rec: Record;
+    fn records(&self) -> &Spaces<Self::Rec>;
     fn records_mut(&mut self) -> &mut Spaces<Self::Rec>;
+    /// Removes one record with its time-index entries (nothing when it is absent).
+    fn delete(&mut self, project: &str, ns: &str, name: &str);
+
+    /// Drops a deleted namespace's records; their waiting calls are woken.
+    fn delete_namespace(&mut self, project: &str, ns: &str) {
+        for name in self.records().names(project, ns) {
+            self.delete(project, ns, &name);
+        }
+    }
 
     /// Lowers the per-project byte budget (tests).
     fn with_byte_quota(mut self, bytes: usize) -> Self {
@@ -58,10 +75,15 @@ pub trait Record: Clone {
     const KIND: &'static str;
     /// The same, plural: what a budget refusal names.
     const PLURAL: &'static str;
+    /// The first segment of its wake-up topics.
+    const TOPIC: &'static str;
     /// Bytes its project is charged while it is stored.
     fn bytes(&self, name: &str) -> usize;
-    /// The topic its waiting calls watch.
-    fn topic(project: &str, namespace: &str, name: &str) -> String;
+
+    /// The wake-up topic of one record: waiting calls register under it.
+    fn topic(project: &str, namespace: &str, name: &str) -> String {
+        format!("{}/{project}/{namespace}/{name}", Self::TOPIC)
+    }
 }
 
 /// Every record of one kind, in every namespace of every project.

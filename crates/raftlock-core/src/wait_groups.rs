@@ -26,7 +26,7 @@ pub use raftlock_api::wait_groups::{
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::{paginate, Page};
-use crate::spaces::{due, Due, Record, Spaces, Stored};
+use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
 use crate::{validate, Nanos, SECOND};
 
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
@@ -40,7 +40,7 @@ type Result<T> = std::result::Result<T, CoreError>;
 
 /// The wake-up topic of a wait group: waiting calls register under it.
 pub fn topic(project: &str, namespace: &str, name: &str) -> String {
-    format!("wait-group/{project}/{namespace}/{name}")
+    Group::topic(project, namespace, name)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,13 +105,6 @@ impl Group {
         self.delete_at(now).is_none_or(|at| now < at)
     }
 
-    fn bytes(&self, name: &str) -> usize {
-        let jobs: usize = (self.jobs.iter())
-            .map(|(id, j)| job_bytes(id, &j.metadata))
-            .sum();
-        group_bytes(name, &self.description, &self.metadata) + jobs
-    }
-
     fn view(&self, name: &str, now: Nanos) -> WaitGroupView {
         let (status, finished_at) = self.status_at(now);
         WaitGroupView {
@@ -159,21 +152,29 @@ pub struct WaitGroups {
 
 impl Stored for WaitGroups {
     type Rec = Group;
+    fn records(&self) -> &Spaces<Group> {
+        &self.records
+    }
+
     fn records_mut(&mut self) -> &mut Spaces<Group> {
         &mut self.records
+    }
+
+    fn delete(&mut self, project: &str, ns: &str, name: &str) {
+        WaitGroups::delete(self, project, ns, name)
     }
 }
 
 impl Record for Group {
     const KIND: &'static str = "wait group";
     const PLURAL: &'static str = "wait groups";
+    const TOPIC: &'static str = "wait-group";
 
     fn bytes(&self, name: &str) -> usize {
-        Group::bytes(self, name)
-    }
-
-    fn topic(project: &str, namespace: &str, name: &str) -> String {
-        topic(project, namespace, name)
+        let jobs: usize = (self.jobs.iter())
+            .map(|(id, j)| job_bytes(id, &j.metadata))
+            .sum();
+        group_bytes(name, &self.description, &self.metadata) + jobs
     }
 }
 
@@ -212,20 +213,11 @@ impl WaitGroups {
     /// Expires active groups past `expires_at` and deletes finished groups past their
     /// retention.
     pub fn reap(&mut self, t: Nanos) {
-        while (self.expiries.get_min()).is_some_and(|first| first.0 <= t) {
-            let (at, project, ns, name) = self.expiries.remove_min().expect("non-empty");
+        while let Some((at, project, ns, name)) = pop_due(&mut self.expiries, t) {
             self.finish(&project, &ns, &name, Status::Expired, at);
         }
-        while (self.deletions.get_min()).is_some_and(|first| first.0 <= t) {
-            let (_, project, ns, name) = self.deletions.remove_min().expect("non-empty");
+        while let Some((_, project, ns, name)) = pop_due(&mut self.deletions, t) {
             self.delete(&project, &ns, &name);
-        }
-    }
-
-    /// Drops a deleted namespace's wait groups; their waiting calls are woken.
-    pub fn delete_namespace(&mut self, project: &str, ns: &str) {
-        for name in self.records.names(project, ns) {
-            self.delete(project, ns, &name);
         }
     }
 

@@ -20,6 +20,7 @@ use raftlock_api::wait_groups::{
     UpdateWaitGroupRequest, WaitForWaitGroupRequest, WaitForWaitGroupResponse, WaitGroupRequest,
     WaitGroupResponse, WaitGroupStatus, WaitGroupWaitOutcome,
 };
+use raftlock_api::Listing;
 use raftlock_core::barriers::{self, Barriers};
 use raftlock_core::command::HierOp;
 use raftlock_core::wait_groups::{self, WaitGroups};
@@ -160,17 +161,13 @@ impl Call {
         r: ListWaitGroupsRequest,
     ) -> Result<ListWaitGroupsResponse, ApiError> {
         let ns = &r.namespace_name;
-        let (wait_groups, next, prev) = self
+        let page = self
             .read_in(|sm, p, now| {
                 sm.wait_groups_in(p, ns)?
                     .list(p, ns, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListWaitGroupsResponse {
-            wait_groups,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListWaitGroupsResponse::from_page(page))
     }
 
     pub(super) async fn complete_jobs(
@@ -194,17 +191,13 @@ impl Call {
     ) -> Result<ListWaitGroupCompletedJobsResponse, ApiError> {
         validate::simple_name("wait_group_name", &r.wait_group_name).map_err(core)?;
         let (ns, name) = (&r.namespace_name, &r.wait_group_name);
-        let (jobs, next, prev) = self
+        let page = self
             .read_in(|sm, p, now| {
                 let groups: &WaitGroups = sm.wait_groups_in(p, ns)?;
                 groups.list_jobs(p, ns, name, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListWaitGroupCompletedJobsResponse {
-            jobs,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListWaitGroupCompletedJobsResponse::from_page(page))
     }
 
     /// Blocks until the group completes or expires, or `timeout_seconds` pass.
@@ -310,17 +303,13 @@ impl Call {
         r: ListBarriersRequest,
     ) -> Result<ListBarriersResponse, ApiError> {
         let ns = &r.namespace_name;
-        let (barriers, next, prev) = self
+        let page = self
             .read_in(|sm, p, now| {
                 let barriers: &Barriers = sm.barriers_in(p, ns)?;
                 barriers.list(p, ns, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListBarriersResponse {
-            barriers,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListBarriersResponse::from_page(page))
     }
 
     pub(super) async fn arrive_at_barrier(
@@ -393,7 +382,7 @@ impl Call {
         validate::simple_name("barrier_name", &r.barrier_name).map_err(core)?;
         validate::generation("generation", r.generation).map_err(core)?;
         let (ns, name) = (&r.namespace_name, &r.barrier_name);
-        let (participants, next, prev) = self
+        let page = self
             .read_in(|sm, p, now| {
                 sm.barriers_in(p, ns)?.list_participants(
                     p,
@@ -406,10 +395,6 @@ impl Call {
                 )
             })
             .await?;
-        Ok(ListBarrierParticipantsResponse {
-            participants,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListBarrierParticipantsResponse::from_page(page))
     }
 }

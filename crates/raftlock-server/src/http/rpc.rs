@@ -20,6 +20,7 @@ use raftlock_api::hierarchy::{
     ListWaitersResponse, LockLeaseResponse, LockRequest, LockResponse, NamespaceRequest,
     NamespaceResponse, RefreshLockLeaseRequest, ReleaseLockRequest, UpdateNamespaceRequest, Waiter,
 };
+use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
@@ -231,14 +232,10 @@ impl Call {
         &self,
         r: ListNamespacesRequest,
     ) -> Result<ListNamespacesResponse, ApiError> {
-        let (namespaces, next, prev) = self
+        let page = self
             .read(|h, p, _| h.list_namespaces(p, &r.pagination_token, r.limit))
             .await?;
-        Ok(ListNamespacesResponse {
-            namespaces,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListNamespacesResponse::from_page(page))
     }
 
     async fn create_lease(&self, r: CreateLockLeaseRequest) -> Result<LockLeaseResponse, ApiError> {
@@ -283,7 +280,7 @@ impl Call {
         &self,
         r: ListLockLeasesRequest,
     ) -> Result<ListLockLeasesResponse, ApiError> {
-        let (leases, next, prev) = self
+        let page = self
             .read(|h, p, now| {
                 h.list_leases(
                     p,
@@ -295,11 +292,7 @@ impl Call {
                 )
             })
             .await?;
-        Ok(ListLockLeasesResponse {
-            leases,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListLockLeasesResponse::from_page(page))
     }
 
     async fn release(&self, r: ReleaseLockRequest) -> Result<LockResponse, ApiError> {
@@ -331,14 +324,10 @@ impl Call {
     }
 
     async fn list_locks(&self, r: ListLocksRequest) -> Result<ListLocksResponse, ApiError> {
-        let (locks, next, prev) = self
+        let page = self
             .read(|h, p, now| h.list_locks(p, &r.namespace_name, &r.pagination_token, r.limit, now))
             .await?;
-        Ok(ListLocksResponse {
-            locks,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListLocksResponse::from_page(page))
     }
 
     /// The queued acquires of a namespace, position 1 being the head of its lock's queue.

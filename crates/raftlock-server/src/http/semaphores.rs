@@ -14,6 +14,7 @@ use raftlock_api::semaphores::{
     ListSemaphoresResponse, ReleaseSemaphoreRequest, SemaphoreRequest, SemaphoreResponse,
     UpdateSemaphoreRequest,
 };
+use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec, WaitState};
 use raftlock_core::semaphores::Semaphores;
@@ -115,16 +116,12 @@ impl Call {
         &self,
         r: ListSemaphoresRequest,
     ) -> Result<ListSemaphoresResponse, ApiError> {
-        let (semaphores, next, prev) = self
+        let page = self
             .read_semaphores(&r.namespace_name, |s, p, now| {
                 s.list_semaphores(p, &r.namespace_name, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListSemaphoresResponse {
-            semaphores,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListSemaphoresResponse::from_page(page))
     }
 
     pub(super) async fn list_semaphore_holders(
@@ -132,17 +129,13 @@ impl Call {
         r: ListSemaphoreHoldersRequest,
     ) -> Result<ListSemaphoreHoldersResponse, ApiError> {
         validate::simple_name("semaphore_name", &r.semaphore_name).map_err(core)?;
-        let (holders, next, prev) = self
+        let page = self
             .read_semaphores(&r.namespace_name, |s, p, now| {
                 let ns = &r.namespace_name;
                 s.list_holders(p, ns, &r.semaphore_name, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListSemaphoreHoldersResponse {
-            holders,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListSemaphoreHoldersResponse::from_page(page))
     }
 
     pub(super) async fn release_semaphore(
@@ -216,17 +209,13 @@ impl Call {
         &self,
         r: ListLockLeasesRequest,
     ) -> Result<ListLockLeasesResponse, ApiError> {
-        let (leases, next, prev) = self
+        let page = self
             .read_semaphores(&r.namespace_name, |s, p, now| {
                 let ns = &r.namespace_name;
                 s.list_leases(p, ns, &r.process_id, &r.pagination_token, r.limit, now)
             })
             .await?;
-        Ok(ListLockLeasesResponse {
-            leases,
-            next_pagination_token: next,
-            previous_pagination_token: prev,
-        })
+        Ok(ListLockLeasesResponse::from_page(page))
     }
 
     fn acquire_semaphore_op(r: &AcquireSemaphoreRequest, wait: Option<WaitSpec>) -> HierOp {
