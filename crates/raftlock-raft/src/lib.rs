@@ -58,7 +58,7 @@ pub use error::StoreError;
 pub use identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 pub use log_store::LogStore;
 pub use network::{
-    carries_current_vote, internal_router, LeaderContact, Network, NetworkConnection,
+    carries_current_vote, internal_router, LeaderContact, Network, NetworkConnection, PeerGroups,
     CLUSTER_SECRET_HEADER, SOURCE_HEADER,
 };
 pub use state_machine::{SharedState, SmData, StateMachineStore};

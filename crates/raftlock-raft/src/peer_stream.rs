@@ -8,12 +8,20 @@
 //!
 //! ```text
 //! request = kind   (1 byte: 1 append, 2 vote, 3 snapshot chunk) · length (u32 BE) · body
-//! answer  = status (1 byte: 0 answer, 1 refused, 2 undecodable)  · length (u32 BE) · body
+//! answer  = status (1 byte: 0 answer, 1 refused, 2 undecodable, 3 not hosted)
+//!                  · length (u32 BE) · body
 //! ```
 //!
-//! A request body is the codec-encoded openraft request; an answer body is the codec-encoded
-//! `Result<Response, RaftError>` (status 0) or a message saying why the frame was refused
-//! (after which the receiver closes the stream). openraft 0.9 sends one RPC at a time per
+//! A request body is the Raft group it is for (u32 BE, see [`GroupId`]) then the
+//! codec-encoded openraft request: one stream carries every group the two nodes share, so a
+//! node running many groups keeps one pool of streams per peer, not one per group. An answer
+//! body is the codec-encoded `Result<Response, RaftError>` (status 0), or a message saying why
+//! the frame was refused (after which the receiver closes the stream), or — status 3 — that
+//! the receiver hosts no replica of that group (the stream stays open: the frame was sound).
+//!
+//! Protocol 1 (`raftlock-raft/1`, the release before groups) had no group in the body: a node
+//! still accepts it, as group [`META_GROUP`], and a sender whose peer refuses protocol 2 (an
+//! older node during a rolling upgrade) opens a protocol-1 stream for that group instead. openraft 0.9 sends one RPC at a time per
 //! connection and awaits its answer, so a stream carries one call at a time and loses no
 //! pipelining; a node keeps a small pool of idle streams per peer for its connections.
 //!
@@ -26,11 +34,61 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::typ::{GroupId, META_GROUP};
+
 /// Path a node asks to upgrade to a peer stream.
 pub const STREAM_PATH: &str = "/internal/raft/stream";
 /// The `Upgrade` protocol token of a peer stream (versioned: a future frame format gets a new
 /// token, and a node that does not know it answers 400 instead of misreading frames).
-pub const STREAM_PROTOCOL: &str = "raftlock-raft/1";
+pub const STREAM_PROTOCOL: &str = "raftlock-raft/2";
+/// The token of the release before groups: request bodies carry no group.
+pub const STREAM_PROTOCOL_V1: &str = "raftlock-raft/1";
+
+/// The frame format a stream speaks, from its `Upgrade` token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `raftlock-raft/1`: no group in a request body; every frame is for [`META_GROUP`].
+    V1,
+    /// `raftlock-raft/2`: a request body starts with its group.
+    V2,
+}
+
+impl Protocol {
+    /// The protocol an `Upgrade` token names, if any (case-insensitive, as HTTP tokens are).
+    pub fn from_token(token: &[u8]) -> Option<Protocol> {
+        if token.eq_ignore_ascii_case(STREAM_PROTOCOL.as_bytes()) {
+            Some(Protocol::V2)
+        } else if token.eq_ignore_ascii_case(STREAM_PROTOCOL_V1.as_bytes()) {
+            Some(Protocol::V1)
+        } else {
+            None
+        }
+    }
+
+    /// Its `Upgrade` token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Protocol::V1 => STREAM_PROTOCOL_V1,
+            Protocol::V2 => STREAM_PROTOCOL,
+        }
+    }
+
+    /// Whether a stream of this protocol can carry a request for `group`.
+    pub fn carries(self, group: GroupId) -> bool {
+        self == Protocol::V2 || group == META_GROUP
+    }
+
+    /// Splits a request body into its group and the encoded request.
+    pub fn split_request(self, body: &[u8]) -> Option<(GroupId, &[u8])> {
+        match self {
+            Protocol::V1 => Some((META_GROUP, body)),
+            Protocol::V2 => {
+                let (group, rest) = body.split_first_chunk::<4>()?;
+                Some((GroupId::from_be_bytes(*group), rest))
+            }
+        }
+    }
+}
 /// A stream with no request for this long is closed by the receiving node, so streams of a
 /// peer that went away do not pile up.
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -83,6 +141,8 @@ pub enum Status {
     Refused = 1,
     /// The request did not decode (or named an unknown kind); the stream then closes.
     Undecodable = 2,
+    /// The receiver hosts no replica of the group the request is for; the stream stays open.
+    NotHosted = 3,
 }
 
 impl Status {
@@ -92,6 +152,7 @@ impl Status {
             0 => Some(Status::Answer),
             1 => Some(Status::Refused),
             2 => Some(Status::Undecodable),
+            3 => Some(Status::NotHosted),
             _ => None,
         }
     }
@@ -99,12 +160,37 @@ impl Status {
 
 /// Writes one frame and flushes it (one `write` for a small frame behind a buffered stream).
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len())
+    write_parts(w, tag, &[], body).await
+}
+
+/// Writes one request frame for `group` in `protocol`'s format (the group goes before the
+/// body without copying it).
+pub async fn write_request<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    protocol: Protocol,
+    kind: Kind,
+    group: GroupId,
+    body: &[u8],
+) -> io::Result<()> {
+    match protocol {
+        Protocol::V1 => write_parts(w, kind as u8, &[], body).await,
+        Protocol::V2 => write_parts(w, kind as u8, &group.to_be_bytes(), body).await,
+    }
+}
+
+async fn write_parts<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    tag: u8,
+    prefix: &[u8],
+    body: &[u8],
+) -> io::Result<()> {
+    let len = u32::try_from(prefix.len() + body.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame body over 4 GiB"))?;
     let mut head = [0u8; HEAD_LEN];
     head[0] = tag;
     head[1..].copy_from_slice(&len.to_be_bytes());
     w.write_all(&head).await?;
+    w.write_all(prefix).await?;
     w.write_all(body).await?;
     w.flush().await
 }
@@ -156,6 +242,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_names_its_group_in_protocol_2_and_none_in_protocol_1() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_request(&mut a, Protocol::V2, Kind::Vote, 7, b"req")
+            .await
+            .unwrap();
+        write_request(&mut a, Protocol::V1, Kind::Vote, META_GROUP, b"old")
+            .await
+            .unwrap();
+        let (_, body) = read_frame(&mut b, 4096).await.unwrap();
+        assert_eq!(
+            Protocol::V2.split_request(&body),
+            Some((7, b"req".as_slice()))
+        );
+        let (_, body) = read_frame(&mut b, 4096).await.unwrap();
+        assert_eq!(
+            Protocol::V1.split_request(&body),
+            Some((META_GROUP, b"old".as_slice()))
+        );
+        assert_eq!(Protocol::V2.split_request(&[0, 1]), None, "too short");
+        assert!(Protocol::V1.carries(META_GROUP) && !Protocol::V1.carries(1));
+        for p in [Protocol::V1, Protocol::V2] {
+            assert_eq!(Protocol::from_token(p.token().as_bytes()), Some(p));
+        }
+    }
+
+    #[tokio::test]
     async fn a_frame_over_the_limit_is_refused_unread() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
         write_frame(&mut a, 1, &[0u8; 101]).await.unwrap();
@@ -177,7 +289,12 @@ mod tests {
         for kind in [Kind::Append, Kind::Vote, Kind::Snapshot] {
             assert_eq!(Kind::from_tag(kind as u8), Some(kind));
         }
-        for status in [Status::Answer, Status::Refused, Status::Undecodable] {
+        for status in [
+            Status::Answer,
+            Status::Refused,
+            Status::Undecodable,
+            Status::NotHosted,
+        ] {
             assert_eq!(Status::from_tag(status as u8), Some(status));
         }
         assert_eq!(Kind::from_tag(0), None);

@@ -27,6 +27,14 @@ pub type NodeId = u64;
 /// What the cluster knows about a node: its peer address (`host:port`).
 pub type Node = BasicNode;
 
+/// A Raft group of the cluster: each is its own openraft instance with its own voters, log,
+/// cluster time and fencing tokens. Group [`META_GROUP`] holds projects, keys and the shard
+/// map (and, in a cluster of one shard, every project's data); data shards are the others.
+pub type GroupId = u32;
+/// The group every node hosts a replica of, and the only group of a cluster started before
+/// shards (its data directory is the node's).
+pub const META_GROUP: GroupId = 0;
+
 /// A running Raft node.
 pub type Raft = openraft::Raft<TypeConfig>;
 /// One log entry.

@@ -56,6 +56,8 @@ pub struct Node {
     /// When this node last granted a pre-vote: it then leaves the campaign to that candidate
     /// for a while instead of racing it.
     pub prevote_granted_at: Mutex<Option<std::time::Instant>>,
+    /// The Raft groups this node hosts, by id: where incoming peer frames are delivered.
+    pub peer_groups: raftlock_raft::PeerGroups,
     /// A handle on the log, for its last log id (the pre-vote compares logs).
     log: raftlock_raft::LogStore,
     /// Calls waiting in hierarchical queues; apply wakes exactly the ones whose waiter left its queue.
@@ -150,6 +152,9 @@ impl Node {
         let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
         let forward_client = peer_client(peer_tls.as_ref(), Duration::from_secs(2))?;
         let read_gate = ReadGate::new(raft.clone(), config.commit_timeout);
+        let contact = raftlock_raft::LeaderContact::default();
+        let peer_groups = raftlock_raft::PeerGroups::default();
+        peer_groups.host(raftlock_raft::META_GROUP, raft.clone(), contact.clone());
         Ok(Arc::new(Node {
             config,
             raft,
@@ -163,7 +168,8 @@ impl Node {
             identity,
             clock,
             stopping: tokio::sync::watch::Sender::new(false),
-            contact: raftlock_raft::LeaderContact::default(),
+            contact,
+            peer_groups,
             started: std::time::Instant::now(),
             election_timing,
             prevote_granted_at: Mutex::new(None),

@@ -1,6 +1,6 @@
-//! The sending half of peer RPCs: openraft's [`RaftNetworkFactory`] ([`Network`]), a small pool
-//! of [`peer_stream`](crate::peer_stream)s per peer shared by every openraft connection of this
-//! node, and one call at a time on a stream.
+//! The sending half of peer RPCs: openraft's [`RaftNetworkFactory`] ([`Network`], one per Raft
+//! group), a small pool of [`peer_stream`](crate::peer_stream)s per peer shared by every
+//! openraft connection of every group of this node, and one call at a time on a stream.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -20,12 +20,13 @@ use uuid::Uuid;
 
 use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 use crate::peer_stream::{
-    read_frame, write_frame, Kind, Status, STREAM_MAX_AGE, STREAM_PATH, STREAM_PROTOCOL,
+    read_frame, write_request, Kind, Protocol, Status, STREAM_MAX_AGE, STREAM_PATH,
     STREAM_REUSE_LIMIT,
 };
 use crate::typ::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    Node, NodeId, RaftError, TypeConfig, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, GroupId, InstallSnapshotRequest,
+    InstallSnapshotResponse, Node, NodeId, RaftError, TypeConfig, VoteRequest, VoteResponse,
+    META_GROUP,
 };
 
 use super::{CLUSTER_SECRET_HEADER, MAX_RPC_BODY, SOURCE_HEADER};
@@ -44,13 +45,16 @@ const STREAMS_PER_PEER: usize = 16;
 /// for it, so a slow open is not lost when that RPC's (heartbeat-sized) deadline passes.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// openraft's [`RaftNetworkFactory`]. openraft makes a [`NetworkConnection`] for each
-/// follower's replication and a fresh one for every election and every read-index
-/// confirmation, so streams are not owned by connections: every connection of this node takes
-/// an idle stream to its peer for one call and gives it back after a whole answer.
+/// openraft's [`RaftNetworkFactory`] for one Raft group. openraft makes a
+/// [`NetworkConnection`] for each follower's replication and a fresh one for every election
+/// and every read-index confirmation, so streams are not owned by connections: every
+/// connection of this node, of whichever group, takes an idle stream to its peer for one call
+/// and gives it back after a whole answer.
 #[derive(Clone)]
 pub struct Network {
     dialer: Arc<Dialer>,
+    /// The group whose RPCs this network carries (named in every request frame).
+    group: GroupId,
 }
 
 /// What opening and pooling streams needs: shared by every connection of one [`Network`].
@@ -97,6 +101,15 @@ impl Network {
                 idle: Arc::default(),
                 slots: Arc::default(),
             }),
+            group: META_GROUP,
+        }
+    }
+
+    /// The network of another group of this node: the same peers, secret and stream pool.
+    pub fn for_group(&self, group: GroupId) -> Network {
+        Network {
+            dialer: self.dialer.clone(),
+            group,
         }
     }
 
@@ -129,15 +142,18 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
         NetworkConnection {
             dialer: self.dialer.clone(),
+            group: self.group,
             target,
             node: node.clone(),
         }
     }
 }
 
-/// The RPC client for one peer, on the node's [`peer_stream`](crate::peer_stream)s to it.
+/// The RPC client of one group for one peer, on the node's
+/// [`peer_stream`](crate::peer_stream)s to it.
 pub struct NetworkConnection {
     dialer: Arc<Dialer>,
+    group: GroupId,
     target: NodeId,
     node: Node,
 }
@@ -157,6 +173,8 @@ struct PeerStream {
     opened: Instant,
     /// When the last answer arrived (see [`STREAM_REUSE_LIMIT`]).
     last_used: Instant,
+    /// Its frame format: protocol 1 when the peer is a release before groups.
+    protocol: Protocol,
 }
 
 impl PeerStream {
@@ -286,20 +304,48 @@ impl Dialer {
         })
     }
 
-    /// Opens a stream: an HTTP request upgraded to [`STREAM_PROTOCOL`] (through the same client,
-    /// so TLS and its certificates apply unchanged).
+    /// Opens a stream: an HTTP request upgraded to the current protocol, or to protocol 1 when
+    /// the peer refuses it as unknown (a node of the release before groups, mid-upgrade).
     async fn open(
         &self,
         addr: &str,
         cluster_id: Option<Uuid>,
         slot: OwnedSemaphorePermit,
     ) -> Result<PeerStream, OpenError> {
+        match self.open_as(Protocol::V2, addr, cluster_id).await {
+            Err(Refusal::BadRequest(_)) => self.open_as(Protocol::V1, addr, cluster_id).await,
+            opened => opened,
+        }
+        .map_err(Refusal::into_open_error)
+        .map(|io| {
+            metrics::counter!("raftlock_peer_streams_opened_total").increment(1);
+            let now = Instant::now();
+            PeerStream {
+                io: BufStream::new(io.0),
+                addr: addr.to_string(),
+                _slot: slot,
+                cluster_id,
+                opened: now,
+                last_used: now,
+                protocol: io.1,
+            }
+        })
+    }
+
+    /// Asks `addr` to upgrade to `protocol` (through the same client, so TLS and its
+    /// certificates apply unchanged).
+    async fn open_as(
+        &self,
+        protocol: Protocol,
+        addr: &str,
+        cluster_id: Option<Uuid>,
+    ) -> Result<(reqwest::Upgraded, Protocol), Refusal> {
         let url = format!("{}://{}{}", self.scheme, addr, STREAM_PATH);
         let mut request = self
             .client
             .get(&url)
             .header(header::CONNECTION, "upgrade")
-            .header(header::UPGRADE, STREAM_PROTOCOL)
+            .header(header::UPGRADE, protocol.token())
             .header(CLUSTER_SECRET_HEADER, &*self.secret);
         if let Some(source) = self.source {
             request = request.header(SOURCE_HEADER, source.to_string());
@@ -307,25 +353,41 @@ impl Dialer {
         if let Some(id) = cluster_id {
             request = request.header(CLUSTER_ID_HEADER, id.to_string());
         }
-        let res = request.send().await.map_err(open_error)?;
+        let res = request
+            .send()
+            .await
+            .map_err(|e| Refusal::Open(open_error(e)))?;
         let status = res.status();
         if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
             let bytes = res.bytes().await.unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
             let msg = format!("{url}: HTTP {status}: {text}");
-            return Err(OpenError::Network(NetworkError::new(&TransportError(msg))));
+            return Err(match status {
+                reqwest::StatusCode::BAD_REQUEST => Refusal::BadRequest(msg),
+                _ => Refusal::Open(OpenError::Network(NetworkError::new(&TransportError(msg)))),
+            });
         }
-        let io = res.upgrade().await.map_err(open_error)?;
-        metrics::counter!("raftlock_peer_streams_opened_total").increment(1);
-        let now = Instant::now();
-        Ok(PeerStream {
-            io: BufStream::new(io),
-            addr: addr.to_string(),
-            _slot: slot,
-            cluster_id,
-            opened: now,
-            last_used: now,
-        })
+        let io = res
+            .upgrade()
+            .await
+            .map_err(|e| Refusal::Open(open_error(e)))?;
+        Ok((io, protocol))
+    }
+}
+
+/// Why one upgrade attempt failed: a 400 (the peer does not speak that protocol) is worth
+/// one more try with the older protocol; anything else is final.
+enum Refusal {
+    BadRequest(String),
+    Open(OpenError),
+}
+
+impl Refusal {
+    fn into_open_error(self) -> OpenError {
+        match self {
+            Refusal::BadRequest(msg) => OpenError::Network(NetworkError::new(&TransportError(msg))),
+            Refusal::Open(e) => e,
+        }
     }
 }
 
@@ -394,10 +456,17 @@ impl NetworkConnection {
                     .await?
             }
         };
+        if !stream.protocol.carries(self.group) {
+            self.dialer.put_idle(self.target, stream);
+            return Err(network_error(format!(
+                "node {} speaks peer protocol 1, which carries group {META_GROUP} only",
+                self.target
+            )));
+        }
         let broken = |e: std::io::Error| {
             network_error(format!("{} to node {}: {e}", kind.name(), self.target))
         };
-        write_frame(&mut stream.io, kind as u8, body)
+        write_request(&mut stream.io, stream.protocol, kind, self.group, body)
             .await
             .map_err(broken)?;
         let (tag, answer) = read_frame(&mut stream.io, MAX_RPC_BODY)
@@ -408,6 +477,17 @@ impl NetworkConnection {
                 stream.last_used = Instant::now();
                 self.dialer.put_idle(self.target, stream);
                 Ok(answer)
+            }
+            Some(Status::NotHosted) => {
+                // A sound answer on a sound stream: keep it for the groups the peer hosts.
+                stream.last_used = Instant::now();
+                self.dialer.put_idle(self.target, stream);
+                Err(network_error(format!(
+                    "{} to node {}: {}",
+                    kind.name(),
+                    self.target,
+                    String::from_utf8_lossy(&answer[..answer.len().min(300)])
+                )))
             }
             status => Err(network_error(format!(
                 "{} to node {}: {status:?}: {}",
@@ -490,7 +570,7 @@ mod tests {
             Response::builder()
                 .status(StatusCode::SWITCHING_PROTOCOLS)
                 .header(header::CONNECTION, "upgrade")
-                .header(header::UPGRADE, STREAM_PROTOCOL)
+                .header(header::UPGRADE, crate::peer_stream::STREAM_PROTOCOL)
                 .body(axum::body::Body::empty())
                 .unwrap()
         };

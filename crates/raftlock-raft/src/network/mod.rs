@@ -18,7 +18,7 @@ mod client;
 mod router;
 
 pub use client::{Network, NetworkConnection};
-pub use router::{carries_current_vote, internal_router, LeaderContact};
+pub use router::{carries_current_vote, internal_router, LeaderContact, PeerGroups};
 
 /// Header carrying the shared cluster secret when a peer stream is opened.
 pub const CLUSTER_SECRET_HEADER: &str = "x-raftlock-cluster-secret";

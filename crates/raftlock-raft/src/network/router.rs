@@ -1,8 +1,10 @@
 //! The receiving half of peer RPCs: [`internal_router`] upgrades `GET` to a peer stream
-//! (cluster secret, then cluster id, checked) and answers its frames one by one.
+//! (cluster secret, then cluster id, checked) and answers its frames one by one, each with the
+//! Raft of the group it names ([`PeerGroups`]).
 
+use std::collections::HashMap;
 use std::error::Error;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -19,11 +21,12 @@ use tokio::io::{AsyncRead, AsyncWrite, BufStream};
 
 use crate::identity::{ClusterIdentity, CLUSTER_ID_HEADER};
 use crate::peer_stream::{
-    read_frame, write_frame, Kind, Status, STREAM_IDLE_TIMEOUT, STREAM_PATH, STREAM_PROTOCOL,
+    read_frame, write_frame, Kind, Protocol, Status, STREAM_IDLE_TIMEOUT, STREAM_PATH,
+    STREAM_PROTOCOL,
 };
 use crate::typ::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, Raft, RaftError, Vote,
-    VoteRequest,
+    AppendEntriesRequest, AppendEntriesResponse, GroupId, InstallSnapshotRequest, Raft, RaftError,
+    Vote, VoteRequest,
 };
 
 use super::{CLUSTER_SECRET_HEADER, MAX_RPC_BODY};
@@ -51,12 +54,44 @@ impl LeaderContact {
     }
 }
 
+/// One group's replica on this node, as peer RPCs reach it.
+#[derive(Clone)]
+struct Hosted {
+    raft: Raft,
+    /// Touched by every accepted append or snapshot chunk of this group.
+    contact: LeaderContact,
+}
+
+/// The groups this node hosts a replica of, by id: where peer frames are delivered. A node
+/// adds a group when it starts its replica (at start-up, or when a shard is created while it
+/// runs) and removes it when the replica stops; a frame for a group not here is answered
+/// [`Status::NotHosted`].
+#[derive(Clone, Default)]
+pub struct PeerGroups(Arc<RwLock<HashMap<GroupId, Hosted>>>);
+
+impl PeerGroups {
+    /// Delivers `group`'s frames to `raft` from now on.
+    pub fn host(&self, group: GroupId, raft: Raft, contact: LeaderContact) {
+        let mut groups = self.0.write().unwrap_or_else(|p| p.into_inner());
+        groups.insert(group, Hosted { raft, contact });
+    }
+
+    /// Stops delivering `group`'s frames (its replica stopped).
+    pub fn remove(&self, group: GroupId) {
+        let mut groups = self.0.write().unwrap_or_else(|p| p.into_inner());
+        groups.remove(&group);
+    }
+
+    fn get(&self, group: GroupId) -> Option<Hosted> {
+        let groups = self.0.read().unwrap_or_else(|p| p.into_inner());
+        groups.get(&group).cloned()
+    }
+}
+
 /// State of the internal routes.
 struct Internal {
-    raft: Raft,
+    groups: PeerGroups,
     secret: String,
-    /// Touched by every accepted append or snapshot chunk.
-    contact: LeaderContact,
     /// When set, requests must carry this cluster's id (see [`crate::identity`]); 409 if not.
     identity: Option<ClusterIdentity>,
 }
@@ -69,16 +104,14 @@ struct Internal {
 /// Merge this router so that no smaller body-limit or timeout layer of the public API wraps
 /// it: an upgraded stream outlives the request that opened it.
 pub fn internal_router(
-    raft: Raft,
+    groups: PeerGroups,
     secret: String,
     identity: Option<ClusterIdentity>,
-    contact: LeaderContact,
 ) -> Router {
     let state = Arc::new(Internal {
-        raft,
+        groups,
         secret,
         identity,
-        contact,
     });
     Router::new()
         .route(STREAM_PATH, get(open_stream))
@@ -134,10 +167,10 @@ async fn open_stream(
     mut req: axum::extract::Request,
 ) -> Response {
     let upgrade = req.headers().get(header::UPGRADE).map(|v| v.as_bytes());
-    if upgrade.is_none_or(|u| !u.eq_ignore_ascii_case(STREAM_PROTOCOL.as_bytes())) {
+    let Some(protocol) = upgrade.and_then(Protocol::from_token) else {
         let msg = format!("peer RPCs need Upgrade: {STREAM_PROTOCOL}");
         return (StatusCode::BAD_REQUEST, msg).into_response();
-    }
+    };
     let presented = req
         .headers()
         .get(CLUSTER_ID_HEADER)
@@ -153,7 +186,7 @@ async fn open_stream(
         match on_upgrade.await {
             Ok(upgraded) => {
                 let io = BufStream::new(TokioIo::new(upgraded));
-                serve_stream(&state, io, presented.as_deref()).await;
+                serve_stream(&state, io, protocol, presented.as_deref()).await;
             }
             Err(e) => tracing::debug!(error = %e, "peer stream upgrade failed"),
         }
@@ -161,15 +194,19 @@ async fn open_stream(
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, STREAM_PROTOCOL)
+        .header(header::UPGRADE, protocol.token())
         .body(axum::body::Body::empty())
         .expect("a static response head is valid")
 }
 
 /// Answers frames until the peer closes the stream, goes idle for [`STREAM_IDLE_TIMEOUT`],
 /// breaks it, or sends a frame that is refused.
-async fn serve_stream<S>(state: &Internal, mut io: BufStream<S>, presented: Option<&[u8]>)
-where
+async fn serve_stream<S>(
+    state: &Internal,
+    mut io: BufStream<S>,
+    protocol: Protocol,
+    presented: Option<&[u8]>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     metrics::gauge!("raftlock_peer_streams").increment(1.0);
@@ -178,17 +215,19 @@ where
         let Ok(Ok((tag, body))) = read.await else {
             break;
         };
-        let (status, answer) = answer_frame(state, presented, tag, &body).await;
-        if write_frame(&mut io, status as u8, &answer).await.is_err() || status != Status::Answer {
+        let (status, answer) = answer_frame(state, protocol, presented, tag, &body).await;
+        let keeps_open = matches!(status, Status::Answer | Status::NotHosted);
+        if write_frame(&mut io, status as u8, &answer).await.is_err() || !keeps_open {
             break;
         }
     }
     metrics::gauge!("raftlock_peer_streams").decrement(1.0);
 }
 
-/// Runs one request frame through the local Raft.
+/// Runs one request frame through the local Raft of its group.
 async fn answer_frame(
     state: &Internal,
+    protocol: Protocol,
     presented: Option<&[u8]>,
     tag: u8,
     body: &[u8],
@@ -196,8 +235,15 @@ async fn answer_frame(
     if let Err(refusal) = state.check_identity(presented) {
         return (Status::Refused, refusal.into_bytes());
     }
-    let raft = state.raft.clone();
-    let contact = &state.contact;
+    let Some((group, body)) = protocol.split_request(body) else {
+        let msg = "a request frame shorter than its group id";
+        return (Status::Undecodable, msg.as_bytes().to_vec());
+    };
+    let Some(Hosted { raft, contact }) = state.groups.get(group) else {
+        let msg = format!("this node hosts no replica of group {group}");
+        return (Status::NotHosted, msg.into_bytes());
+    };
+    let contact = &contact;
     match Kind::from_tag(tag) {
         Some(Kind::Append) => {
             answer(body, |req: AppendEntriesRequest| async move {

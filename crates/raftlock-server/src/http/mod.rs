@@ -81,10 +81,9 @@ pub fn router(node: SharedNode) -> Router {
             axum::routing::post(crate::election::answer_alive),
         );
     let internal = raftlock_raft::internal_router(
-        node.raft.clone(),
+        node.peer_groups.clone(),
         node.config.cluster_secret.clone(),
         Some(node.identity.clone()),
-        node.contact.clone(),
     );
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     Router::new()
