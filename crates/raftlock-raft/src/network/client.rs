@@ -579,6 +579,62 @@ mod tests {
         addr
     }
 
+    /// A node of the release before groups: it upgrades protocol 1 and refuses anything else
+    /// with 400, as that release did.
+    async fn old_peer() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let upgrade = |mut req: axum::extract::Request| async move {
+            let asked = req.headers().get(header::UPGRADE).cloned();
+            if asked.is_none_or(|p| p != crate::peer_stream::STREAM_PROTOCOL_V1) {
+                return Response::builder()
+                    .status(StatusCode::BAD_REQUEST)
+                    .body(axum::body::Body::from(
+                        "peer RPCs need Upgrade: raftlock-raft/1",
+                    ))
+                    .unwrap();
+            }
+            let on_upgrade = req.extensions_mut().remove::<OnUpgrade>().unwrap();
+            tokio::spawn(async move {
+                let mut io = TokioIo::new(on_upgrade.await.unwrap());
+                let mut buf = [0u8; 64];
+                while matches!(io.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+            Response::builder()
+                .status(StatusCode::SWITCHING_PROTOCOLS)
+                .header(header::CONNECTION, "upgrade")
+                .header(header::UPGRADE, crate::peer_stream::STREAM_PROTOCOL_V1)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let app = Router::new().route(STREAM_PATH, get(upgrade));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    #[tokio::test]
+    async fn an_older_peer_gets_a_protocol_1_stream_for_the_meta_group_only() {
+        let network = Network::new("secret");
+        let addr = old_peer().await;
+        let stream = open(&network.dialer, 1, &addr).await.expect("opened");
+        assert_eq!(stream.protocol, Protocol::V1, "fell back");
+        network.dialer.put_idle(1, stream);
+        let mut shard = network.for_group(1);
+        let conn = shard.new_client(1, &Node::new(&addr)).await;
+        let err = conn.exchange::<std::io::Error>(Kind::Vote, b"x").await;
+        let Err(CallError::Network(e)) = err else {
+            panic!("a group-1 request must not travel on a protocol-1 stream");
+        };
+        assert!(e.to_string().contains("protocol 1"), "{e}");
+        let here = peer(false).await;
+        let stream = open(&network.dialer, 2, &here).await.expect("opened");
+        assert_eq!(
+            stream.protocol,
+            Protocol::V2,
+            "a current peer speaks protocol 2"
+        );
+    }
+
     async fn open(dialer: &Arc<Dialer>, target: NodeId, addr: &str) -> Option<PeerStream> {
         dialer.open_detached(target, addr, None).await.ok()
     }
