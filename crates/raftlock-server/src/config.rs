@@ -175,6 +175,18 @@ pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
     Ok(peers)
 }
 
+impl Config {
+    /// The openraft timing every group of this node runs with.
+    pub fn raft_timing(&self) -> raftlock_raft::RaftTiming {
+        raftlock_raft::RaftTiming {
+            heartbeat: self.heartbeat,
+            election_timeout: self.election_timeout,
+            // Each group's compactor (`Group::spawn_compactor`) decides when to snapshot.
+            snapshot_logs: 0,
+        }
+    }
+}
+
 impl ServeArgs {
     /// Fills unset fields from `other` (used to layer flags/env over the file).
     fn or(self, other: ServeArgs) -> ServeArgs {

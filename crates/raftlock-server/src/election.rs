@@ -71,7 +71,7 @@ impl Timing {
 
 /// Starts the election driver of `node`.
 pub fn spawn(node: SharedNode, timing: Timing) {
-    node.raft.runtime_config().elect(false);
+    node.meta.raft.runtime_config().elect(false);
     tokio::spawn(beacon(node.clone(), node.config.heartbeat));
     tokio::spawn(drive(node, timing));
 }
@@ -88,13 +88,14 @@ async fn beacon(node: SharedNode, every: Duration) {
             return;
         }
         let stalled = node
+            .meta
             .log_writing_for()
             .is_some_and(|w| w >= every && w < WRITE_PATIENCE);
         if !stalled {
             continue;
         }
         let (vote, voters) = {
-            let m = node.raft.metrics();
+            let m = node.meta.raft.metrics();
             let m = m.borrow();
             if m.current_leader != Some(me) {
                 continue;
@@ -129,8 +130,8 @@ pub async fn answer_alive(
     let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
     };
-    if raftlock_raft::carries_current_vote(&node.raft, &vote) {
-        node.contact.touch();
+    if raftlock_raft::carries_current_vote(&node.meta.raft, &vote) {
+        node.meta.contact.touch();
     }
     StatusCode::NO_CONTENT.into_response()
 }
@@ -151,7 +152,7 @@ async fn drive(node: SharedNode, timing: Timing) {
             continue;
         }
         let (leading, voters) = {
-            let m = node.raft.metrics();
+            let m = node.meta.raft.metrics();
             let m = m.borrow();
             let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
             (m.current_leader == Some(me), voters)
@@ -159,11 +160,15 @@ async fn drive(node: SharedNode, timing: Timing) {
         if leading || !voters.contains(&me) {
             continue;
         }
-        let silence = node.contact.since().unwrap_or_else(|| started.elapsed());
+        let silence = node
+            .meta
+            .contact
+            .since()
+            .unwrap_or_else(|| started.elapsed());
         if voters.len() > 1 && silence < timing.lease + my_timeout {
             continue;
         }
-        if !node.may_campaign() || granted_recently(&node, timing.lease) {
+        if !node.meta.may_campaign() || granted_recently(&node, timing.lease) {
             continue;
         }
         not_before = Instant::now() + timing.draw();
@@ -183,14 +188,15 @@ async fn drive(node: SharedNode, timing: Timing) {
             "pre-vote passed: campaigning"
         );
         metrics::counter!("raftlock_elections_started_total").increment(1);
-        if let Err(e) = node.raft.trigger().elect().await {
+        if let Err(e) = node.meta.raft.trigger().elect().await {
             tracing::warn!(error = %e, "cannot start an election");
         }
     }
 }
 
 fn granted_recently(node: &SharedNode, lease: Duration) -> bool {
-    node.prevote_granted_at
+    node.meta
+        .prevote_granted_at
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .is_some_and(|t| t.elapsed() < lease)
@@ -206,7 +212,7 @@ struct PreVote {
 /// The addresses of `voters` other than this node, from the membership it knows.
 fn other_voter_addrs(node: &SharedNode, voters: &[u64]) -> Vec<String> {
     let me = node.config.node_id;
-    let m = node.raft.metrics();
+    let m = node.meta.raft.metrics();
     let m = m.borrow();
     voters
         .iter()
@@ -218,7 +224,7 @@ fn other_voter_addrs(node: &SharedNode, voters: &[u64]) -> Vec<String> {
 
 /// Asks every other voter; returns how many granted within [`PREVOTE_TIMEOUT`].
 async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
-    let (last_log_term, last_log_index) = node.last_log().await;
+    let (last_log_term, last_log_index) = node.meta.last_log().await;
     let ask_body = PreVote {
         last_log_term,
         last_log_index,
@@ -262,17 +268,19 @@ pub async fn answer_prevote(
         return refusal.into_response();
     }
     let silence = node
+        .meta
         .contact
         .since()
         .unwrap_or_else(|| node.started.elapsed());
     let Ok(candidate) = serde_json::from_slice::<PreVote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable pre-vote").into_response();
     };
-    let granted = !node.is_leader()
+    let granted = !node.meta.is_leader()
         && silence >= node.election_timing.lease
-        && (candidate.last_log_term, candidate.last_log_index) >= node.last_log().await;
+        && (candidate.last_log_term, candidate.last_log_index) >= node.meta.last_log().await;
     if granted {
         *node
+            .meta
             .prevote_granted_at
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());

@@ -55,19 +55,19 @@ pub async fn hand_off(
 ) -> Result<u64, HandOffError> {
     let started = Instant::now();
     let deadline = started + bound;
-    if !node.is_leader() {
+    if !node.meta.is_leader() {
         return Err(HandOffError::NotLeader);
     }
     let target = choose_target(node, target)?;
     tracing::info!(target, "handing leadership over");
-    let hold = tokio::time::timeout_at(deadline, node.hold_writes())
+    let hold = tokio::time::timeout_at(deadline, node.meta.hold_writes())
         .await
         .map_err(|_| HandOffError::TimedOut)?;
     let result = move_leadership(node, target, deadline).await;
     // Let held writes go: on a deposed leader Raft refuses them unproposed and the forward
     // layer sends them to the new leader; if the hand-off failed they are proposed here.
     drop(hold);
-    node.raft.runtime_config().heartbeat(true);
+    node.meta.raft.runtime_config().heartbeat(true);
     match &result {
         Ok(leader) => {
             metrics::counter!("raftlock_leader_handoffs_total").increment(1);
@@ -82,7 +82,7 @@ pub async fn hand_off(
 /// other voter with the longest replicated log.
 fn choose_target(node: &SharedNode, wanted: Option<u64>) -> Result<u64, HandOffError> {
     let me = node.config.node_id;
-    let metrics = node.raft.metrics().borrow().clone();
+    let metrics = node.meta.raft.metrics().borrow().clone();
     let voters: Vec<u64> = metrics
         .membership_config
         .membership()
@@ -118,8 +118,9 @@ async fn move_leadership(
     wait_caught_up(node, target, deadline).await?;
     tracing::debug!("hand-off target caught up");
     // Followers refuse votes while they hear from a leader (their leader lease): go quiet.
-    node.raft.runtime_config().heartbeat(false);
+    node.meta.raft.runtime_config().heartbeat(false);
     let addr = node
+        .meta
         .raft
         .metrics()
         .borrow()
@@ -128,7 +129,7 @@ async fn move_leadership(
         .get_node(&target)
         .map(|n| n.addr.clone())
         .ok_or(HandOffError::NotAVoter(target))?;
-    let mut metrics = node.raft.metrics();
+    let mut metrics = node.meta.raft.metrics();
     loop {
         ask_to_campaign(node, &addr).await;
         let nudge = (Instant::now() + NUDGE_EVERY).min(deadline);
@@ -154,7 +155,7 @@ async fn move_leadership(
 
 /// The new leader, once one other than this node is known.
 fn moved_to(node: &SharedNode) -> Option<u64> {
-    let leader = node.raft.metrics().borrow().current_leader?;
+    let leader = node.meta.raft.metrics().borrow().current_leader?;
     (leader != node.config.node_id).then_some(leader)
 }
 
@@ -164,7 +165,7 @@ async fn wait_caught_up(
     target: u64,
     deadline: Instant,
 ) -> Result<(), HandOffError> {
-    let mut metrics = node.raft.metrics();
+    let mut metrics = node.meta.raft.metrics();
     loop {
         let caught_up = {
             let m = metrics.borrow();
@@ -209,10 +210,10 @@ pub async fn campaign(State(node): State<SharedNode>, headers: HeaderMap) -> Res
     if let Err(refusal) = auth::admit_peer(&node, &headers) {
         return refusal.into_response();
     }
-    if !node.may_campaign() {
+    if !node.meta.may_campaign() {
         return (StatusCode::CONFLICT, "clock unfit to lead").into_response();
     }
-    match node.raft.trigger().elect().await {
+    match node.meta.raft.trigger().elect().await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }

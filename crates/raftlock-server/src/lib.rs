@@ -5,7 +5,10 @@
 //!
 //! ## Layout
 //! - [`config`]: flags, `RAFTLOCK_*` environment and `--config` TOML into one [`config::Config`].
-//! - [`node`]: the running node — Raft instance, applied state, leader checks, linearizable reads.
+//! - [`node`]: the running node — the groups it hosts, peer clients, the stop signal.
+//! - [`group`]: one Raft group on this node — Raft instance, applied state, leader checks,
+//!   linearizable reads, its clock and snapshot policy.
+//! - [`compaction`]: when a group's log is long enough to snapshot.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
 //! - [`read_gate`]: linearizable reads, sharing one leadership confirmation.
@@ -31,9 +34,11 @@
 pub mod certs;
 pub mod cli;
 pub mod clock;
+pub mod compaction;
 pub mod config;
 pub mod dev;
 pub mod election;
+pub mod group;
 pub mod handoff;
 pub mod headers;
 pub mod heap;
@@ -106,11 +111,11 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         servers: client_tls.into_iter().chain(peer_tls).collect(),
         peer_client: node.peer_tls.clone(),
     });
-    telemetry::spawn_leader_watch(node.raft.clone());
+    telemetry::spawn_leader_watch(node.meta.raft.clone());
     election::spawn(node.clone(), node.election_timing);
     node.bootstrap().await?;
-    node.spawn_ticker();
-    node.spawn_compactor();
+    node.meta.spawn_ticker(node.config.tick);
+    (node.meta).spawn_compactor(node.config.snapshot_logs, node.config.snapshot_bytes);
     shutdown_signal().await;
     step_down(&node).await;
     // Stop accepting; open connections finish what they carry (a request that arrives now
@@ -119,7 +124,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     for server in servers {
         server.await??;
     }
-    node.raft.shutdown().await.ok();
+    node.meta.raft.shutdown().await.ok();
     Ok(())
 }
 
@@ -153,7 +158,7 @@ const HANDOFF_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 async fn step_down(node: &node::SharedNode) {
     tracing::info!("stopping");
     node.begin_stop();
-    if node.is_leader() {
+    if node.meta.is_leader() {
         if let Err(e) = handoff::hand_off(node, None, HANDOFF_BOUND).await {
             tracing::warn!(error = %e, "stopping without a hand-off");
         }

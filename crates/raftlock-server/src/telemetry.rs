@@ -561,7 +561,7 @@ fn truncated(s: &str, max: usize) -> &str {
 /// Updates the gauges that describe Raft and the state machine.
 pub fn refresh_gauges(node: &Node) {
     refresh_memory_gauges();
-    let m = node.raft.metrics().borrow().clone();
+    let m = node.meta.raft.metrics().borrow().clone();
     metrics::gauge!("raftlock_raft_term").set(m.current_term as f64);
     metrics::gauge!("raftlock_raft_leader").set(m.current_leader.map(|l| l as f64).unwrap_or(-1.0));
     metrics::gauge!("raftlock_raft_is_leader").set(
@@ -577,7 +577,7 @@ pub fn refresh_gauges(node: &Node) {
     metrics::gauge!("raftlock_raft_commit_index").set(commit as f64);
     metrics::gauge!("raftlock_raft_applied_index").set(applied as f64);
     metrics::gauge!("raftlock_apply_lag_entries").set(commit.saturating_sub(applied) as f64);
-    let (locks, (namespaces, leases, held), queued, sems) = node.read_local(|sm, _| {
+    let (locks, (namespaces, leases, held), queued, sems) = node.meta.read_local(|sm, _| {
         let h = sm.hierarchy();
         let sems = sm.semaphore_totals();
         (sm.project_lock_count(), h.totals(), h.waiter_count(), sems)
@@ -586,7 +586,7 @@ pub fn refresh_gauges(node: &Node) {
     let queued = queued + semaphore_waiters;
     metrics::gauge!("raftlock_semaphores").set(semaphores as f64);
     metrics::gauge!("raftlock_semaphore_holds").set(semaphore_holds as f64);
-    let (wait_groups, _, barriers, _) = node.read_local(|sm, _| sm.coordination_totals());
+    let (wait_groups, _, barriers, _) = node.meta.read_local(|sm, _| sm.coordination_totals());
     metrics::gauge!("raftlock_wait_groups").set(wait_groups as f64);
     metrics::gauge!("raftlock_barriers").set(barriers as f64);
     metrics::gauge!("raftlock_project_locks").set(locks as f64);

@@ -84,16 +84,17 @@ async fn snapshot(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    if !node.is_leader() {
+    if !node.meta.is_leader() {
         return Err(ApiError::unavailable(
             D,
             "not the leader: ask the leader for a snapshot",
         ));
     }
-    node.linearizable(|_, _| ())
+    node.meta
+        .linearizable(|_, _| ())
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
-    let state = node.state_copy();
+    let state = node.meta.state_copy();
     let cluster_id = node.identity.get();
     let taken_at_ms = crate::clock::wall_clock() / 1_000_000;
     let bytes = tokio::task::spawn_blocking(move || {
@@ -139,6 +140,7 @@ async fn list_projects(
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let projects = node
+        .meta
         .linearizable(|sm, _| sm.projects())
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -152,6 +154,7 @@ async fn get_project(
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let project = node
+        .meta
         .linearizable(|sm, _| sm.project(&name))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -260,6 +263,7 @@ async fn add_learner(
     auth::platform(&node, &headers)?;
     let NewLearnerRequest { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
     let added = node
+        .meta
         .raft
         .add_learner(node_id, BasicNode { addr }, false)
         .await
@@ -268,6 +272,7 @@ async fn add_learner(
     // Wait (bounded) until the learner holds the log up to its own membership entry, so a
     // voter change right after this call does not count an empty node.
     let caught_up = node
+        .meta
         .raft
         .wait(Some(membership_bound(&node)))
         .metrics(
@@ -304,6 +309,7 @@ async fn change_voters(
         return Err(ApiError::bad_request(D, "voters must not be empty"));
     }
     let change = node
+        .meta
         .raft
         .change_membership(ChangeMembers::ReplaceAllVoters(voters), true);
     match tokio::time::timeout(membership_bound(&node), change).await {
@@ -356,6 +362,7 @@ async fn remove_node(
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
     let is_voter = node
+        .meta
         .raft
         .metrics()
         .borrow()
@@ -370,10 +377,14 @@ async fn remove_node(
         async move {
             if is_voter {
                 let remove = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
-                node.raft.change_membership(remove, true).await?;
+                node.meta.raft.change_membership(remove, true).await?;
             }
             let drop = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-            node.raft.change_membership(drop, false).await.map(|_| ())
+            node.meta
+                .raft
+                .change_membership(drop, false)
+                .await
+                .map(|_| ())
         }
     });
     match tokio::time::timeout(membership_bound(&node), removal).await {
@@ -395,7 +406,7 @@ async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<R
 
 /// This node's view of the cluster.
 pub fn cluster_view(node: &Node) -> ClusterView {
-    let m = node.raft.metrics().borrow().clone();
+    let m = node.meta.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let members = membership
@@ -409,7 +420,7 @@ pub fn cluster_view(node: &Node) -> ClusterView {
     ClusterView {
         node_id: node.config.node_id,
         cluster_id: node.identity.get().map(|id| id.to_string()),
-        clock_offset_ms: node.clock.offset().map(|o| o / 1_000_000),
+        clock_offset_ms: node.meta.clock.offset().map(|o| o / 1_000_000),
         leader: m.current_leader,
         term: m.current_term,
         commit_index: commit_index(&m, node.config.node_id).unwrap_or(0),
@@ -432,6 +443,7 @@ async fn cluster_status(
     auth::platform(&node, &headers)?;
     let local = cluster_view(&node);
     let members: Vec<(u64, String)> = node
+        .meta
         .raft
         .metrics()
         .borrow()

@@ -116,14 +116,15 @@ pub fn lock_caller(node: &Node, headers: &HeaderMap, d: Dialect) -> Result<Strin
             "auth-user access tokens may not call lock endpoints",
         )),
         Credential::Key { key_id, hash } => {
-            node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
-                KeyCheck::Unknown => Err(unauthorized(d)),
-                KeyCheck::Known { key, .. } if !key.may_manage_locks() => Err(forbidden(
-                    d,
-                    "this key may not manage locks (needs service_role or scope locks.manage)",
-                )),
-                KeyCheck::Known { project, .. } => Ok(project.to_string()),
-            })
+            node.meta
+                .read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+                    KeyCheck::Unknown => Err(unauthorized(d)),
+                    KeyCheck::Known { key, .. } if !key.may_manage_locks() => Err(forbidden(
+                        d,
+                        "this key may not manage locks (needs service_role or scope locks.manage)",
+                    )),
+                    KeyCheck::Known { project, .. } => Ok(project.to_string()),
+                })
         }
     }
 }
@@ -136,7 +137,7 @@ pub fn lock_caller_counted(
     d: Dialect,
 ) -> Result<String, ApiError> {
     let project = lock_caller(node, headers, d)?;
-    let (locks_limit, hier_limit) = node.read_local(|sm, _| sm.rate_limits(&project));
+    let (locks_limit, hier_limit) = node.meta.read_local(|sm, _| sm.rate_limits(&project));
     let (bucket, limit, api) = match d {
         Dialect::Locks => (project.clone(), locks_limit, "locks"),
         Dialect::Rpc => (format!("{project}#hier"), hier_limit, "hierarchy"),
@@ -159,13 +160,14 @@ pub fn platform(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
             "only the platform token may call the admin API",
         )),
         Credential::Key { key_id, hash } => {
-            node.read_local(|sm, _| match sm.check_key(&key_id, &hash) {
-                KeyCheck::Unknown => Err(unauthorized(d)),
-                KeyCheck::Known { .. } => Err(forbidden(
-                    d,
-                    "only the platform token may call the admin API",
-                )),
-            })
+            node.meta
+                .read_local(|sm, _| match sm.check_key(&key_id, &hash) {
+                    KeyCheck::Unknown => Err(unauthorized(d)),
+                    KeyCheck::Known { .. } => Err(forbidden(
+                        d,
+                        "only the platform token may call the admin API",
+                    )),
+                })
         }
     }
 }

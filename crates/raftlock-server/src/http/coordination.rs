@@ -62,6 +62,7 @@ impl Call {
         let project = self.project.as_str();
         let result = self
             .node
+            .meta
             .linearizable(|sm, now| f(sm, project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -78,12 +79,12 @@ impl Call {
         look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
     ) -> Result<Option<T>, ApiError> {
         validate::acquire_timeout(timeout_seconds).map_err(core)?;
-        let now = self.node.read_local(|_, now| now);
+        let now = self.node.meta.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, timeout_seconds);
         let until = tokio::time::Instant::now() + time_left(deadline, now);
         // Registered before the first look (follow_waiter registers again, harmlessly), so an
         // apply between the two is not missed.
-        let _early = self.node.waiters.register(topic);
+        let _early = self.node.meta.waiters.register(topic);
         match self.read_in(|sm, _, now| look(sm, now)).await? {
             Look::Granted(answer) => return Ok(Some(answer)),
             Look::Dropped => return Ok(None),
@@ -231,6 +232,7 @@ impl Call {
         }
         let wait_group = self
             .node
+            .meta
             .read_local(|sm, now| sm.wait_groups_in(project, ns)?.get(project, ns, name, now))
             .map_err(core)?;
         let outcome = finished(wait_group.status).unwrap_or(WaitGroupWaitOutcome::TimedOut);
@@ -365,6 +367,7 @@ impl Call {
         }
         let barrier = self
             .node
+            .meta
             .read_local(|sm, now| sm.barriers_in(project, ns)?.get(project, ns, name, now))
             .map_err(core)?;
         let outcome = if barrier.generation > r.expected_generation {

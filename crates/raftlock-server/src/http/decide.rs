@@ -12,6 +12,7 @@ pub async fn decide(
     dialect: Dialect,
 ) -> Result<raftlock_core::Reply, ApiError> {
     let outcome = node
+        .meta
         .propose(op)
         .await
         .map_err(|e| ApiError::from_unavailable(dialect, e))?;

@@ -79,7 +79,7 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         }
     }
     let first_deadline = arrived + node.config.commit_timeout;
-    let Some(leader) = node.wait_for_leader_until(first_deadline).await else {
+    let Some(leader) = node.meta.wait_for_leader_until(first_deadline).await else {
         return ApiError::unavailable(dialect, "no leader").into_response();
     };
     let (mut parts, body) = req.into_parts();
@@ -138,7 +138,7 @@ async fn route(
         // Let the cluster settle (a new leader, or the same one back), then try again. Only
         // news of the leader ends the pause early: other metrics change on every heartbeat,
         // and a leader whose answers keep getting lost must not be hammered.
-        let mut metrics = node.raft.metrics();
+        let mut metrics = node.meta.raft.metrics();
         let pause = (Instant::now() + RETRY_PAUSE).min(call.deadline);
         let leader_news = async {
             // News may already be here (the attempt failed because of it): no pause then.
@@ -152,7 +152,7 @@ async fn route(
             }
         };
         let _ = tokio::time::timeout_at(pause, leader_news).await;
-        match node.wait_for_leader_until(call.deadline).await {
+        match node.meta.wait_for_leader_until(call.deadline).await {
             Some((id, leader_addr)) => (leader_id, addr) = (id, leader_addr),
             None => return last,
         }
@@ -295,9 +295,9 @@ fn blocking_timeout(path: &str, body: &[u8], dialect: Dialect) -> u64 {
 
 /// Resolves once this node knows a leader at an address other than `addr`.
 async fn leader_moved_from(node: &SharedNode, addr: &str) {
-    let mut metrics = node.raft.metrics();
+    let mut metrics = node.meta.raft.metrics();
     loop {
-        if node.leader().is_some_and(|(_, a)| a != addr) {
+        if node.meta.leader().is_some_and(|(_, a)| a != addr) {
             return;
         }
         if metrics.changed().await.is_err() {

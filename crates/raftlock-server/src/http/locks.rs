@@ -57,6 +57,7 @@ async fn list(
         check_key(&after)?;
     }
     let page = node
+        .meta
         .linearizable(|sm, now| sm.list_locks(&project, &after, limit + 1, now))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -245,6 +246,7 @@ async fn read(
     let key = key_of(key)?;
     check_key(&key)?;
     let read = node
+        .meta
         .linearizable(|sm, now| sm.read_lock(&project, &key, now))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?

@@ -198,7 +198,7 @@ async fn not_found(req: Request) -> ApiError {
 
 /// 200 while this node is a member of a cluster that has a leader.
 async fn readyz(State(node): State<SharedNode>) -> Response {
-    let m = node.raft.metrics().borrow().clone();
+    let m = node.meta.raft.metrics().borrow().clone();
     let member = m
         .membership_config
         .membership()

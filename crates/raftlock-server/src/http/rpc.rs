@@ -181,6 +181,7 @@ impl Call {
         let project = self.project.as_str();
         let result = self
             .node
+            .meta
             .linearizable(|sm, now| f(sm.hierarchy(), project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -391,7 +392,7 @@ impl Call {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
         // Judge the deadline on the state machine's clock (never behind applied time), the
         // clock the replicated queue uses to drop expired waiters.
-        let now = self.node.read_local(|_, now| now);
+        let now = self.node.meta.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
         // Counted from here, not from when the enqueue commits: a slow commit must not
         // lengthen the wait the client asked for.
@@ -409,6 +410,7 @@ impl Call {
             .validate()
             .map_err(core)?;
         self.node
+            .meta
             .read_local(|sm, now| {
                 sm.hierarchy().check_wait_budget(
                     &self.project,
@@ -504,16 +506,16 @@ impl Call {
     ) -> Result<Option<T>, ApiError> {
         let _gauge = WaiterGauge::new();
         // Registered before the first look, so a resolution in between is not missed.
-        let registration = self.node.waiters.register(waiter_id);
-        let mut server = self.node.raft.server_metrics();
+        let registration = self.node.meta.waiters.register(waiter_id);
+        let mut server = self.node.meta.raft.server_metrics();
         loop {
-            let recheck = match self.node.read_local(&look).map_err(core)? {
+            let recheck = match self.node.meta.read_local(&look).map_err(core)? {
                 Look::Queued => WAIT_SAFETY_POLL,
                 Look::QueuedFor(at_most) => at_most.min(WAIT_SAFETY_POLL),
                 Look::Granted(answer) => return Ok(Some(answer)),
                 Look::Dropped => return Ok(None),
             };
-            if !self.node.is_leader() {
+            if !self.node.meta.is_leader() {
                 // A deposed leader's applied state stops moving: answer 503 now, so the
                 // forwarding follower (or the client) goes on with the new leader, where the
                 // same waiter id keeps its place, instead of learning it at the deadline.

@@ -48,6 +48,7 @@ impl Call {
         let project = self.project.as_str();
         let result = self
             .node
+            .meta
             .linearizable(|sm, now| f(sm.semaphores_in(project, namespace)?, project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -243,7 +244,7 @@ impl Call {
             return acquire_answer(self.write(Self::acquire_semaphore_op(&r, None)).await?);
         }
         // Judged on the state machine's clock, the one the replicated queue drops waiters by.
-        let now = self.node.read_local(|_, now| now);
+        let now = self.node.meta.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
         // Counted from here, not from when the enqueue commits (see `rpc::acquire`).
         let until = tokio::time::Instant::now() + time_left(deadline, now);
@@ -256,6 +257,7 @@ impl Call {
         // writes nothing (apply checks again).
         op.validate().map_err(core)?;
         self.node
+            .meta
             .read_local(|sm, now| {
                 let s = sm.semaphores_in(&self.project, &r.namespace_name)?;
                 s.check_wait_budget(

@@ -120,7 +120,7 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some((node, project, op)) = self.pending.take() {
             tokio::spawn(async move {
-                if let Err(e) = node.propose(Op::Hier { project, op }).await {
+                if let Err(e) = node.meta.propose(Op::Hier { project, op }).await {
                     tracing::warn!(error = %e, "could not dequeue an abandoned waiter");
                 }
             });
