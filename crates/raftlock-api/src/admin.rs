@@ -215,3 +215,28 @@ pub struct MoveLeaderRequest {
     #[serde(default)]
     pub node_id: Option<u64>,
 }
+
+/// A data shard: one Raft group of its own on some of the cluster's nodes, holding the
+/// projects placed on it. Shard 0 is the meta group itself (projects, keys, the shard map),
+/// which holds the projects of a cluster that has no other shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Shard {
+    /// Its group id (0: the meta group).
+    pub id: u32,
+    /// The node ids of its voters.
+    pub members: BTreeSet<u64>,
+    /// Creation time, ns since the epoch (0 for the meta group).
+    pub created_at: i64,
+    /// The projects placed on it, by name.
+    pub projects: Vec<String>,
+}
+
+/// Body of `POST /admin/v1/shards`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NewShardRequest {
+    /// Node ids of its voters: 1, 3, 5 or 7 nodes of the cluster.
+    pub members: BTreeSet<u64>,
+}

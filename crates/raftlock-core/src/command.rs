@@ -64,6 +64,15 @@ pub enum Op {
     /// A project-lock or hierarchical call that carries a client request id: applied once; a repeat within the
     /// window ([`crate::request_ids`]) is answered with the first outcome.
     Once { request_id: u128, op: Box<Op> },
+    /// Sharding (meta group): a new data shard on these voters; answers its id.
+    CreateShard {
+        members: std::collections::BTreeSet<u64>,
+    },
+    /// Tenancy: a new tenant, placed on `shard` (see [`crate::shards`]).
+    CreateProjectOn {
+        name: String,
+        shard: crate::shards::ShardId,
+    },
 }
 
 impl Op {
@@ -626,4 +635,6 @@ pub enum Reply {
         barrier: BarrierView,
         all_arrived: bool,
     },
+    /// A new data shard's id.
+    Shard(crate::shards::ShardId),
 }

@@ -19,6 +19,7 @@
 //!   namespaces of [`hierarchy`].
 //! - [`wait_groups`]: wait groups (jobs counted to completion, idempotent per job id).
 //! - [`barriers`]: barriers (N-party rendezvous by generation).
+//! - [`shards`]: the shard map the meta group keeps: data shards and where projects live.
 //! - [`budget`]: what stored records cost a project in bytes, and the per-project byte
 //!   budgets that bound memory where count quotas cannot.
 //! - [`paging`]: opaque pagination cursors shared by every list call.
@@ -44,6 +45,7 @@ pub mod project_locks;
 pub mod ratelimit;
 pub mod request_ids;
 pub mod semaphores;
+pub mod shards;
 pub mod spaces;
 pub mod tenancy;
 pub mod validate;
@@ -51,7 +53,9 @@ pub mod wait_groups;
 
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;
-pub use machine::{Limits, StateMachine, StateMachineV1, StateMachineV2, StateMachineV3, Summary};
+pub use machine::{
+    Limits, StateMachine, StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4, Summary,
+};
 
 /// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.
 pub type Nanos = i64;

@@ -12,13 +12,14 @@ use crate::hierarchy::{Hierarchy, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
+use crate::shards::Shards;
 use crate::spaces::Stored;
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
 use crate::wait_groups::{GroupSpec, WaitGroups};
 use crate::{validate, Nanos};
 
 mod compat;
-pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3};
+pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +48,8 @@ pub struct StateMachine {
     wait_groups: WaitGroups,
     /// Barriers (inside the hierarchy's namespaces).
     barriers: Barriers,
+    /// The data shards and the projects placed on them (meta group only; empty elsewhere).
+    shards: Shards,
 }
 
 /// Counts of what a state holds ([`StateMachine::summary`]).
@@ -194,6 +197,13 @@ impl StateMachine {
             Op::CreateProject { name } => {
                 tenancy::create_project(&mut self.projects, name, t).map(Reply::Project)
             }
+            Op::CreateProjectOn { name, shard } => {
+                self.shards.check_exists(*shard)?;
+                let view = tenancy::create_project(&mut self.projects, name, t)?;
+                self.shards.place_new(name, *shard);
+                Ok(Reply::Project(view))
+            }
+            Op::CreateShard { members } => self.shards.create(members, t).map(Reply::Shard),
             Op::UpdateProject {
                 name,
                 lock_ops_per_minute,
@@ -595,6 +605,11 @@ impl StateMachine {
             return KeyCheck::Unknown;
         }
         KeyCheck::Known { project, key }
+    }
+
+    /// The shard map (meaningful on the meta group).
+    pub fn shards(&self) -> &Shards {
+        &self.shards
     }
 
     pub fn project(&self, name: &str) -> Option<ProjectView> {

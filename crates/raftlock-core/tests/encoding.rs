@@ -7,7 +7,9 @@
 //! `fixtures/state-format-3.bin` was written by the first release with semaphores, wait groups
 //! and barriers; it must still decode (as [`StateMachineV3`]) and convert to the same state.
 //! `fixtures/state-format-4.bin` was written by the first release that leaves the project-lock
-//! eligibility index out of the encoding
+//! eligibility index out of the encoding; it must still decode (as [`StateMachineV4`]) and
+//! convert to the same state, with no shards. `fixtures/state-format-5.bin` is the current
+//! format, with the shard map
 //! (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
@@ -15,7 +17,8 @@ use std::collections::BTreeMap;
 use raftlock_core::command::{HierOp, LockAction};
 use raftlock_core::hierarchy::WaitSpec;
 use raftlock_core::{
-    codec, Command, Limits, Op, StateMachine, StateMachineV2, StateMachineV3, SECOND,
+    codec, Command, Limits, Op, StateMachine, StateMachineV2, StateMachineV3, StateMachineV4,
+    SECOND,
 };
 
 const T0: i64 = 1_700_000_000 * SECOND;
@@ -27,9 +30,13 @@ const FIXTURE_V3: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-3.bin"
 );
-const FIXTURE: &str = concat!(
+const FIXTURE_V4: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-4.bin"
+);
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/state-format-5.bin"
 );
 
 fn hier(project: &str, op: HierOp) -> Op {
@@ -236,9 +243,45 @@ fn sample_state_with_semaphores() -> StateMachine {
     sm
 }
 
+/// The sample with semaphores, plus two data shards and a project placed on one.
+fn sample_state_with_shards() -> StateMachine {
+    let mut sm = sample_state_with_semaphores();
+    let members = |ids: &[u64]| ids.iter().copied().collect();
+    let ops = vec![
+        Op::CreateShard {
+            members: members(&[4, 5, 6]),
+        },
+        Op::CreateShard {
+            members: members(&[1, 2, 3]),
+        },
+        Op::CreateProjectOn {
+            name: "placed".into(),
+            shard: 2,
+        },
+    ];
+    for out in sm.apply(&Command {
+        stamp: T0 + 2 * SECOND,
+        ops,
+    }) {
+        out.expect("the sample's shard commands succeed");
+    }
+    sm
+}
+
 #[test]
-fn the_state_encodes_to_the_bytes_of_the_format_4_release() {
-    let state = sample_state_with_semaphores();
+fn a_format_4_state_converts_to_the_same_state_without_shards() {
+    let fixture = std::fs::read(FIXTURE_V4).expect("fixture present");
+    let v4: StateMachineV4 = codec::decode(&fixture).unwrap();
+    let mut converted = StateMachine::from(v4);
+    converted.count_usage();
+    assert_eq!(converted, sample_state_with_semaphores());
+    converted.check_usage().unwrap();
+}
+
+#[test]
+fn the_state_encodes_to_the_bytes_of_the_format_5_release() {
+    let state = sample_state_with_shards();
+    assert_eq!(state.shards().shard_of("placed"), 2);
     let bytes = codec::encode(&state).unwrap();
     if std::env::var_os("RAFTLOCK_WRITE_FIXTURE").is_some() {
         std::fs::create_dir_all(std::path::Path::new(FIXTURE).parent().unwrap()).unwrap();

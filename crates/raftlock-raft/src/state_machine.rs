@@ -154,7 +154,7 @@ fn lower_this_threads_priority() {}
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
 /// snapshot of another layout with a clear error rather than misread it.
-pub const STATE_FORMAT: u32 = 4;
+pub const STATE_FORMAT: u32 = 5;
 
 /// [`SmData`] in an older format whose machine is laid out as `M` (e.g.
 /// [`raftlock_core::StateMachineV3`]); read and converted ([`SmData::from_older`]).
@@ -195,7 +195,7 @@ pub(crate) fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
 }
 
 fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
-    use raftlock_core::{StateMachineV1, StateMachineV2, StateMachineV3};
+    use raftlock_core::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4};
     let format: u32 = codec::decode(bytes)?;
     match format {
         // Before the machine remembered request ids.
@@ -204,6 +204,8 @@ fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
         2 => SmData::from_older::<StateMachineV2>(bytes),
         // With the project-lock eligibility index encoded.
         3 => SmData::from_older::<StateMachineV3>(bytes),
+        // Before the shard map.
+        4 => SmData::from_older::<StateMachineV4>(bytes),
         STATE_FORMAT => {
             let (_, state): (u32, SmData) = codec::decode(bytes)?;
             Ok(state)
@@ -479,8 +481,21 @@ mod format_tests {
     }
 
     #[test]
+    fn a_format_4_snapshot_is_read_and_converted() {
+        // Format 4 is format 5 without the shard map, last and (empty) two bytes.
+        let mut state = SmData::default();
+        state.machine.apply(&raftlock_core::Command {
+            stamp: 5,
+            ops: vec![raftlock_core::Op::CreateProject { name: "p".into() }],
+        });
+        let mut v4 = codec::encode(&(4u32, &state)).unwrap();
+        assert_eq!(v4.split_off(v4.len() - 2), vec![0, 0]);
+        assert_eq!(decode_state(&v4).unwrap().machine, state.machine);
+    }
+
+    #[test]
     fn a_format_3_snapshot_is_read_and_converted() {
-        let (state, v3) = older_format(3, 0);
+        let (state, v3) = older_format(3, 2);
         assert_eq!(decode_state(&v3).unwrap().machine, state.machine);
     }
 
@@ -489,14 +504,14 @@ mod format_tests {
         // Format 2 is format 3 without the semaphores, wait groups and barriers, which are
         // last and (empty) nine bytes: semaphores 4 (no namespaces, two empty indexes, token
         // counter 0), wait groups 3 (no namespaces, two empty indexes), barriers 2.
-        let (state, v2) = older_format(2, 9);
+        let (state, v2) = older_format(2, 11);
         assert_eq!(decode_state(&v2).unwrap().machine, state.machine);
     }
 
     #[test]
     fn a_format_1_snapshot_is_read_and_converted() {
         // Format 1 is format 2 without the request-id table, one more (empty) byte.
-        let (state, v1) = older_format(1, 10);
+        let (state, v1) = older_format(1, 12);
         assert_eq!(decode_state(&v1).unwrap().machine, state.machine);
     }
 }

@@ -17,8 +17,8 @@ use raftlock_core::{Nanos, Op, Outcome};
 use raftlock_raft::{GroupId, Raft, SharedState};
 
 use crate::clock::{applied_time, NodeClock};
-use crate::config::Config;
 use crate::compaction::{snapshot_due, LogGrowth, SnapshotReason};
+use crate::config::Config;
 use crate::proposer::Proposer;
 use crate::read_gate::ReadGate;
 use crate::unavailable::Unavailable;

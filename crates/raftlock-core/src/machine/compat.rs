@@ -10,12 +10,45 @@ use serde::Deserialize;
 use super::StateMachine;
 use crate::barriers::Barriers;
 use crate::hierarchy::{Hierarchy, HierarchyV2};
-use crate::project_locks::ProjectLocksV3;
+use crate::project_locks::{ProjectLocks, ProjectLocksV3};
 use crate::request_ids::RequestIds;
 use crate::semaphores::Semaphores;
 use crate::tenancy::ProjectSettings;
 use crate::wait_groups::WaitGroups;
 use crate::Nanos;
+
+/// [`StateMachine`] as snapshot format 4 laid it out (before the shard map), so a node
+/// upgraded from that release can read its snapshot. Field order is the encoding: do not
+/// change it.
+#[derive(Debug, Deserialize)]
+pub struct StateMachineV4 {
+    time: Nanos,
+    projects: BTreeMap<String, ProjectSettings>,
+    key_index: BTreeMap<String, String>,
+    project_locks: ProjectLocks,
+    hierarchy: Hierarchy,
+    request_ids: RequestIds,
+    semaphores: Semaphores,
+    wait_groups: WaitGroups,
+    barriers: Barriers,
+}
+
+impl From<StateMachineV4> for StateMachine {
+    fn from(v4: StateMachineV4) -> Self {
+        StateMachine {
+            time: v4.time,
+            projects: v4.projects,
+            key_index: v4.key_index,
+            project_locks: v4.project_locks,
+            hierarchy: v4.hierarchy,
+            request_ids: v4.request_ids,
+            semaphores: v4.semaphores,
+            wait_groups: v4.wait_groups,
+            barriers: v4.barriers,
+            shards: Default::default(),
+        }
+    }
+}
 
 /// [`StateMachine`] as snapshot format 3 laid it out (project locks with their eligibility
 /// index, now built again after decoding), so a node upgraded from that release can read its
@@ -45,6 +78,7 @@ impl From<StateMachineV3> for StateMachine {
             semaphores: v3.semaphores,
             wait_groups: v3.wait_groups,
             barriers: v3.barriers,
+            shards: Default::default(),
         }
     }
 }
