@@ -65,6 +65,10 @@ pub struct ProjectList {
 pub struct NewProjectRequest {
     /// 1–64 of `[-_0-9a-zA-Z]`.
     pub name: String,
+    /// The shard it lives on, for good (absent: the data shard with the fewest projects, or
+    /// the meta group, 0, when the cluster has no other shard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 /// Body of `PATCH /admin/v1/projects/{name}` (an absent field keeps its value).
@@ -228,8 +232,23 @@ pub struct Shard {
     pub members: BTreeSet<u64>,
     /// Creation time, ns since the epoch (0 for the meta group).
     pub created_at: i64,
-    /// The projects placed on it, by name.
+    /// The projects placed on it, by name (for the meta group: those not placed on a data
+    /// shard).
     pub projects: Vec<String>,
+    /// The leader's node id, as the answering node knows it (absent: it hosts no replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    /// The group's current term on the answering node (absent: it hosts no replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+}
+
+/// Answer of `GET /admin/v1/shards`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShardList {
+    /// The meta group (id 0) and every data shard, by id.
+    pub shards: Vec<Shard>,
 }
 
 /// Body of `POST /admin/v1/shards`.

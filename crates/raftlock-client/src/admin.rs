@@ -7,10 +7,11 @@ use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
 pub use raftlock_api::admin::{
-    ClusterView, KeyInfo, KeyKind, Member, NewKey, Project, ProjectPatch as ProjectUpdate,
+    ClusterView, KeyInfo, KeyKind, Member, NewKey, Project, ProjectPatch as ProjectUpdate, Shard,
 };
 use raftlock_api::admin::{
-    NewKeyRequest, NewLearnerRequest, NewProjectRequest, ProjectList, VotersRequest,
+    NewKeyRequest, NewLearnerRequest, NewProjectRequest, NewShardRequest, ProjectList, ShardList,
+    VotersRequest,
 };
 
 use crate::error::Result;
@@ -44,14 +45,40 @@ pub struct ClusterStatus {
 }
 
 impl Client {
-    /// `POST /admin/v1/projects`.
+    /// `POST /admin/v1/projects`: on the least-loaded shard.
     pub async fn create_project(&self, name: &str) -> Result<Project> {
+        self.create_project_on(name, None).await
+    }
+
+    /// `POST /admin/v1/projects` on `shard` (`None`: the least-loaded one). A project's
+    /// shard is fixed for its life.
+    pub async fn create_project_on(&self, name: &str, shard: Option<u32>) -> Result<Project> {
         let call = Call::new(Method::POST, "/admin/v1/projects")
             .message(&NewProjectRequest {
                 name: name.to_string(),
+                shard,
             })
             .retry(Retry::Once);
         self.send(call).await?.decode()
+    }
+
+    /// `POST /admin/v1/shards`: a new data shard on these nodes (1, 3, 5 or 7).
+    pub async fn create_shard(&self, members: &BTreeSet<u64>) -> Result<Shard> {
+        let call = Call::new(Method::POST, "/admin/v1/shards")
+            .message(&NewShardRequest {
+                members: members.clone(),
+            })
+            .retry(Retry::Once);
+        self.send(call).await?.decode()
+    }
+
+    /// `GET /admin/v1/shards`: the meta group (id 0) and every data shard.
+    pub async fn list_shards(&self) -> Result<Vec<Shard>> {
+        let l: ShardList = self
+            .send(Call::new(Method::GET, "/admin/v1/shards"))
+            .await?
+            .decode()?;
+        Ok(l.shards)
     }
 
     /// `GET /admin/v1/projects`.

@@ -39,6 +39,10 @@ use rand::Rng;
 use serde_json::json;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use crate::group::Group;
+use crate::headers::{group_of, GROUP_HEADER};
 use crate::http::auth;
 use crate::node::SharedNode;
 
@@ -69,16 +73,26 @@ impl Timing {
     }
 }
 
-/// Starts the election driver of `node`.
-pub fn spawn(node: SharedNode, timing: Timing) {
-    node.meta.raft.runtime_config().elect(false);
-    tokio::spawn(beacon(node.clone(), node.config.heartbeat));
-    tokio::spawn(drive(node, timing));
+/// Starts the election driver of `group` on `node`.
+pub fn spawn(node: SharedNode, group: Arc<Group>, timing: Timing) {
+    group.raft.runtime_config().elect(false);
+    tokio::spawn(beacon(node.clone(), group.clone(), node.config.heartbeat));
+    tokio::spawn(drive(node, group, timing));
+}
+
+/// The group a peer's election request is for, if this node hosts it.
+fn addressed(node: &SharedNode, headers: &HeaderMap) -> Result<Arc<Group>, (StatusCode, String)> {
+    let group = group_of(headers)
+        .ok_or_else(|| (StatusCode::BAD_REQUEST, "undecodable group".to_string()))?;
+    node.group(group).ok_or_else(|| {
+        let msg = format!("this node hosts no replica of group {group}");
+        (StatusCode::NOT_FOUND, msg)
+    })
 }
 
 /// Every heartbeat period: if this node leads and its log write in progress has taken longer
 /// than that period but less than [`WRITE_PATIENCE`], tells every other voter it lives.
-async fn beacon(node: SharedNode, every: Duration) {
+async fn beacon(node: SharedNode, group: Arc<Group>, every: Duration) {
     let me = node.config.node_id;
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -87,15 +101,14 @@ async fn beacon(node: SharedNode, every: Duration) {
         if node.is_stopping() {
             return;
         }
-        let stalled = node
-            .meta
+        let stalled = group
             .log_writing_for()
             .is_some_and(|w| w >= every && w < WRITE_PATIENCE);
         if !stalled {
             continue;
         }
         let (vote, voters) = {
-            let m = node.meta.raft.metrics();
+            let m = group.raft.metrics();
             let m = m.borrow();
             if m.current_leader != Some(me) {
                 continue;
@@ -103,10 +116,11 @@ async fn beacon(node: SharedNode, every: Duration) {
             let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
             (m.vote, voters)
         };
-        let addrs = other_voter_addrs(&node, &voters);
+        let addrs = other_voter_addrs(&node, &group, &voters);
         metrics::counter!("raftlock_leader_beacons_total").increment(1);
         let sends = addrs.iter().map(|addr| {
             node.peer_request(reqwest::Method::POST, &node.peer_url(addr, ALIVE_PATH))
+                .header(GROUP_HEADER, group.id.to_string())
                 .timeout(every)
                 .json(&vote)
                 .send()
@@ -127,16 +141,20 @@ pub async fn answer_alive(
     if let Err(refusal) = auth::admit_peer(&node, &headers) {
         return refusal.into_response();
     }
+    let group = match addressed(&node, &headers) {
+        Ok(group) => group,
+        Err(refusal) => return refusal.into_response(),
+    };
     let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
     };
-    if raftlock_raft::carries_current_vote(&node.meta.raft, &vote) {
-        node.meta.contact.touch();
+    if raftlock_raft::carries_current_vote(&group.raft, &vote) {
+        group.contact.touch();
     }
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn drive(node: SharedNode, timing: Timing) {
+async fn drive(node: SharedNode, group: Arc<Group>, timing: Timing) {
     let started = Instant::now();
     let me = node.config.node_id;
     let my_timeout = timing.draw();
@@ -152,7 +170,7 @@ async fn drive(node: SharedNode, timing: Timing) {
             continue;
         }
         let (leading, voters) = {
-            let m = node.meta.raft.metrics();
+            let m = group.raft.metrics();
             let m = m.borrow();
             let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
             (m.current_leader == Some(me), voters)
@@ -160,19 +178,15 @@ async fn drive(node: SharedNode, timing: Timing) {
         if leading || !voters.contains(&me) {
             continue;
         }
-        let silence = node
-            .meta
-            .contact
-            .since()
-            .unwrap_or_else(|| started.elapsed());
+        let silence = (group.contact.since()).unwrap_or_else(|| started.elapsed());
         if voters.len() > 1 && silence < timing.lease + my_timeout {
             continue;
         }
-        if !node.meta.may_campaign() || granted_recently(&node, timing.lease) {
+        if !group.may_campaign() || granted_recently(&group, timing.lease) {
             continue;
         }
         not_before = Instant::now() + timing.draw();
-        let grants = 1 + prevote(&node, &voters).await;
+        let grants = 1 + prevote(&node, &group, &voters).await;
         if 2 * grants <= voters.len() {
             tracing::debug!(
                 grants,
@@ -185,17 +199,18 @@ async fn drive(node: SharedNode, timing: Timing) {
         tracing::info!(
             grants,
             voters = voters.len(),
+            group = group.id,
             "pre-vote passed: campaigning"
         );
         metrics::counter!("raftlock_elections_started_total").increment(1);
-        if let Err(e) = node.meta.raft.trigger().elect().await {
+        if let Err(e) = group.raft.trigger().elect().await {
             tracing::warn!(error = %e, "cannot start an election");
         }
     }
 }
 
-fn granted_recently(node: &SharedNode, lease: Duration) -> bool {
-    node.meta
+fn granted_recently(group: &Group, lease: Duration) -> bool {
+    group
         .prevote_granted_at
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -210,9 +225,9 @@ struct PreVote {
 }
 
 /// The addresses of `voters` other than this node, from the membership it knows.
-fn other_voter_addrs(node: &SharedNode, voters: &[u64]) -> Vec<String> {
+fn other_voter_addrs(node: &SharedNode, group: &Group, voters: &[u64]) -> Vec<String> {
     let me = node.config.node_id;
-    let m = node.meta.raft.metrics();
+    let m = group.raft.metrics();
     let m = m.borrow();
     voters
         .iter()
@@ -223,14 +238,14 @@ fn other_voter_addrs(node: &SharedNode, voters: &[u64]) -> Vec<String> {
 }
 
 /// Asks every other voter; returns how many granted within [`PREVOTE_TIMEOUT`].
-async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
-    let (last_log_term, last_log_index) = node.meta.last_log().await;
+async fn prevote(node: &SharedNode, group: &Group, voters: &[u64]) -> usize {
+    let (last_log_term, last_log_index) = group.last_log().await;
     let ask_body = PreVote {
         last_log_term,
         last_log_index,
     };
-    let addrs = other_voter_addrs(node, voters);
-    let asks = addrs.iter().map(|addr| ask(node, addr, &ask_body));
+    let addrs = other_voter_addrs(node, group, voters);
+    let asks = addrs.iter().map(|addr| ask(node, group, addr, &ask_body));
     futures::future::join_all(asks)
         .await
         .into_iter()
@@ -238,9 +253,10 @@ async fn prevote(node: &SharedNode, voters: &[u64]) -> usize {
         .count()
 }
 
-async fn ask(node: &SharedNode, addr: &str, body: &PreVote) -> bool {
+async fn ask(node: &SharedNode, group: &Group, addr: &str, body: &PreVote) -> bool {
     let req = node
         .peer_request(reqwest::Method::POST, &node.peer_url(addr, PREVOTE_PATH))
+        .header(GROUP_HEADER, group.id.to_string())
         .timeout(PREVOTE_TIMEOUT)
         .json(body);
     let Ok(resp) = req.send().await else {
@@ -267,20 +283,19 @@ pub async fn answer_prevote(
     if let Err(refusal) = auth::admit_peer(&node, &headers) {
         return refusal.into_response();
     }
-    let silence = node
-        .meta
-        .contact
-        .since()
-        .unwrap_or_else(|| node.started.elapsed());
+    let group = match addressed(&node, &headers) {
+        Ok(group) => group,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let silence = (group.contact.since()).unwrap_or_else(|| node.started.elapsed());
     let Ok(candidate) = serde_json::from_slice::<PreVote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable pre-vote").into_response();
     };
-    let granted = !node.meta.is_leader()
+    let granted = !group.is_leader()
         && silence >= node.election_timing.lease
-        && (candidate.last_log_term, candidate.last_log_index) >= node.meta.last_log().await;
+        && (candidate.last_log_term, candidate.last_log_index) >= group.last_log().await;
     if granted {
-        *node
-            .meta
+        *group
             .prevote_granted_at
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());

@@ -115,6 +115,20 @@ impl Group {
         })
     }
 
+    /// Every node of the group's membership (voters and learners), as this replica knows it.
+    pub fn known_nodes(&self) -> std::collections::BTreeSet<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.nodes().map(|(id, _)| *id).collect()
+    }
+
+    /// The group's voters, as this replica knows them.
+    pub fn voters(&self) -> std::collections::BTreeSet<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.membership().voter_ids().collect()
+    }
+
     fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
     }

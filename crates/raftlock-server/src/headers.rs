@@ -22,3 +22,16 @@ pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
 pub const NODE_REQUEST_ID_HEADER: &str = "x-raftlock-node-request-id";
 /// Node-to-node authentication and identity, defined with the Raft network.
 pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};
+
+/// Names the Raft group a node-to-node election request (pre-vote, beacon, campaign) is for;
+/// absent means the meta group, as the release before shards sent it.
+pub const GROUP_HEADER: &str = "x-raftlock-group";
+
+/// The group a node-to-node request names in [`GROUP_HEADER`] (the meta group when absent;
+/// `None` when it is not a number).
+pub fn group_of(headers: &axum::http::HeaderMap) -> Option<raftlock_raft::GroupId> {
+    match headers.get(GROUP_HEADER) {
+        None => Some(raftlock_raft::META_GROUP),
+        Some(v) => v.to_str().ok()?.parse().ok(),
+    }
+}

@@ -10,6 +10,7 @@
 //!   linearizable reads, its clock and snapshot policy.
 //! - [`compaction`]: when a group's log is long enough to snapshot.
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
+//! - [`shards`]: the data shards this node runs a replica of, started from the shard map.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
 //! - [`read_gate`]: linearizable reads, sharing one leadership confirmation.
 //! - [`unavailable`]: the "not decided" (503) error every layer shares.
@@ -47,6 +48,7 @@ pub mod listener;
 pub mod node;
 pub mod proposer;
 pub mod read_gate;
+pub mod shards;
 pub mod telemetry;
 pub mod tls;
 pub mod unavailable;
@@ -112,10 +114,11 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         peer_client: node.peer_tls.clone(),
     });
     telemetry::spawn_leader_watch(node.meta.raft.clone());
-    election::spawn(node.clone(), node.election_timing);
+    election::spawn(node.clone(), node.meta.clone(), node.election_timing);
     node.bootstrap().await?;
     node.meta.spawn_ticker(node.config.tick);
     (node.meta).spawn_compactor(node.config.snapshot_logs, node.config.snapshot_bytes);
+    shards::spawn_keeper(node.clone());
     shutdown_signal().await;
     step_down(&node).await;
     // Stop accepting; open connections finish what they carry (a request that arrives now
@@ -124,7 +127,9 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     for server in servers {
         server.await??;
     }
-    node.meta.raft.shutdown().await.ok();
+    for group in node.groups() {
+        group.raft.shutdown().await.ok();
+    }
     Ok(())
 }
 

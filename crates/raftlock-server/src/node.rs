@@ -14,6 +14,7 @@ use crate::clock::wall_clock;
 use crate::config::Config;
 use crate::group::Group;
 pub use crate::unavailable::Unavailable;
+use raftlock_raft::{GroupId, META_GROUP};
 
 /// Shared handle to everything a request handler needs.
 pub type SharedNode = Arc<Node>;
@@ -43,6 +44,10 @@ pub struct Node {
     pub election_timing: crate::config::ElectionTiming,
     /// The Raft groups this node hosts, by id: where incoming peer frames are delivered.
     pub peer_groups: raftlock_raft::PeerGroups,
+    /// The data shards this node hosts a replica of (started by `crate::shards`), by id.
+    pub shards: std::sync::RwLock<BTreeMap<GroupId, Arc<Group>>>,
+    /// The meta group's network; every other group's is derived from it (one stream pool).
+    pub network: raftlock_raft::Network,
 }
 
 /// An HTTP client for node-to-node requests: kept-alive connections with `TCP_NODELAY`
@@ -99,9 +104,9 @@ impl Node {
         let stopping = tokio::sync::watch::Sender::new(false);
         let meta = Group::start(
             &config,
-            raftlock_raft::META_GROUP,
+            META_GROUP,
             config.data_dir.clone(),
-            network,
+            network.clone(),
             stopping.subscribe(),
         )
         .await?;
@@ -121,7 +126,54 @@ impl Node {
             peer_groups,
             started: std::time::Instant::now(),
             election_timing,
+            shards: Default::default(),
+            network,
         }))
+    }
+
+    /// A group this node hosts: the meta group, or a data shard it runs a replica of.
+    pub fn group(&self, id: GroupId) -> Option<Arc<Group>> {
+        if id == META_GROUP {
+            return Some(self.meta.clone());
+        }
+        let shards = self.shards.read().unwrap_or_else(|p| p.into_inner());
+        shards.get(&id).cloned()
+    }
+
+    /// Every group this node hosts, the meta group first.
+    pub fn groups(&self) -> Vec<Arc<Group>> {
+        let shards = self.shards.read().unwrap_or_else(|p| p.into_inner());
+        std::iter::once(self.meta.clone())
+            .chain(shards.values().cloned())
+            .collect()
+    }
+
+    /// The shard `project` lives on, from this node's meta replica (see docs/semantics.md,
+    /// *Shards*: a project's shard never changes, so a stale replica cannot misplace it).
+    pub fn shard_of(&self, project: &str) -> GroupId {
+        self.meta.read_local(|sm, _| sm.shards().shard_of(project))
+    }
+
+    /// The voters of data shard `shard` with their addresses (from the meta group's
+    /// membership, which every node joins), for reaching a shard this node does not host.
+    pub fn shard_members(&self, shard: GroupId) -> Vec<(u64, String)> {
+        let members = self.meta.read_local(|sm, _| {
+            (sm.shards().get(shard)).map_or_else(Default::default, |s| s.members.clone())
+        });
+        let metrics = self.meta.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        (members.iter())
+            .filter_map(|id| Some((*id, membership.get_node(id)?.addr.clone())))
+            .collect()
+    }
+
+    /// The group that decides `project`'s calls, if this node hosts it.
+    pub fn group_for(&self, project: &str) -> Result<Arc<Group>, Unavailable> {
+        let shard = self.shard_of(project);
+        self.group(shard).ok_or_else(|| {
+            Unavailable::not_proposed(format!("this node hosts no replica of shard {shard}"))
+        })
     }
 
     /// Initializes the cluster from `--peers` when this node has the lowest id and the
@@ -177,6 +229,11 @@ impl Node {
     /// [`Group::may_campaign`] check this) and long waits answer now.
     pub fn begin_stop(&self) {
         self.stopping.send_replace(true);
+    }
+
+    /// A watch that turns true when the node starts stopping (for each group it runs).
+    pub fn stop_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
     }
 
     pub fn is_stopping(&self) -> bool {

@@ -23,6 +23,21 @@ pub enum AdminCmd {
     /// Project keys.
     #[command(subcommand)]
     Key(KeyCmd),
+    /// Data shards (Raft groups of their own, on some of the nodes).
+    #[command(subcommand)]
+    Shard(ShardCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardCmd {
+    /// Create a data shard on nodes of the cluster; new projects go to the least-loaded one.
+    Create {
+        /// Node ids of its voters, e.g. `4,5,6` (1, 3, 5 or 7 nodes).
+        #[arg(long, value_delimiter = ',', required = true)]
+        members: Vec<u64>,
+    },
+    /// The meta group and every data shard: members, leader, term, projects.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -31,6 +46,9 @@ pub enum ProjectCmd {
     Create {
         /// Project name.
         name: String,
+        /// The shard it lives on for good (default: the least-loaded one).
+        #[arg(long)]
+        shard: Option<u32>,
     },
     /// List projects.
     List,
@@ -139,9 +157,34 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
     let conn = args.conn;
     let client = conn.admin()?;
     match args.cmd {
-        AdminCmd::Project(ProjectCmd::Create { name }) => {
-            let p = client.create_project(&name).await?;
+        AdminCmd::Project(ProjectCmd::Create { name, shard }) => {
+            let p = client.create_project_on(&name, shard).await?;
             conn.emit(&p, || show_project(&p));
+        }
+        AdminCmd::Shard(ShardCmd::Create { members }) => {
+            let s = client.create_shard(&members.into_iter().collect()).await?;
+            conn.emit(&s, || {
+                format!("created shard {} on nodes {:?}", s.id, s.members)
+            });
+        }
+        AdminCmd::Shard(ShardCmd::List) => {
+            let shards = client.list_shards().await?;
+            conn.emit(&shards, || {
+                let known = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+                let rows: Vec<Vec<String>> = (shards.iter())
+                    .map(|s| {
+                        let members: Vec<String> = s.members.iter().map(u64::to_string).collect();
+                        vec![
+                            s.id.to_string(),
+                            members.join(","),
+                            known(s.leader),
+                            known(s.term),
+                            s.projects.len().to_string(),
+                        ]
+                    })
+                    .collect();
+                table(&["SHARD", "MEMBERS", "LEADER", "TERM", "PROJECTS"], &rows)
+            });
         }
         AdminCmd::Project(ProjectCmd::List) => {
             let ps = client.list_projects().await?;

@@ -13,7 +13,8 @@ use axum::{Json, Router};
 use openraft::{BasicNode, ChangeMembers};
 use raftlock_api::admin::{
     ClusterHealth, ClusterView, Member, MoveLeaderRequest, NewKey, NewKeyRequest,
-    NewLearnerRequest, NewProjectRequest, NodeProbe, ProjectList, ProjectPatch, VotersRequest,
+    NewLearnerRequest, NewProjectRequest, NewShardRequest, NodeProbe, ProjectList, ProjectPatch,
+    Shard, ShardList, VotersRequest,
 };
 use raftlock_api::errors::LocksErrorCode;
 use raftlock_core::{Op, Reply};
@@ -64,6 +65,98 @@ pub fn leader_routes() -> Router<SharedNode> {
         .route("/admin/v1/cluster/voters", put(change_voters))
         .route("/admin/v1/cluster/leader", post(move_leader))
         .route("/admin/v1/cluster/nodes/{id}", delete(remove_node))
+        .route("/admin/v1/shards", post(create_shard))
+}
+
+/// `POST /admin/v1/shards`: a new data shard on `members` (nodes of the cluster); answers
+/// 201 and the shard once its creation is committed — each member then starts its replica
+/// and the lowest one initializes the group (`crate::shards`).
+async fn create_shard(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let NewShardRequest { members } = body::json(&body::read(b, D).await?, D)?;
+    let known = node.meta.known_nodes();
+    if let Some(stranger) = members.iter().find(|id| !known.contains(id)) {
+        return Err(ApiError::bad_request(
+            D,
+            format!(
+                "node {stranger} is not in the cluster: add it first (raftlock admin node add)"
+            ),
+        ));
+    }
+    match decide(&node, Op::CreateShard { members }).await? {
+        Reply::Shard(id) => {
+            let shard = shard_view(&node, id).await;
+            Ok((StatusCode::CREATED, Json(shard)).into_response())
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `GET /admin/v1/shards`, answered by the node asked: the meta group and every data shard
+/// as its meta replica has them, and — for each group it hosts a replica of — the leader and
+/// term it sees (ask a member for a shard's).
+async fn list_shards(
+    State(node): State<SharedNode>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    auth::platform(&node, &headers)?;
+    let ids = node.meta.read_local(|sm, _| {
+        let data: Vec<u32> = sm.shards().iter().map(|(id, _)| id).collect();
+        std::iter::once(raftlock_raft::META_GROUP)
+            .chain(data)
+            .collect::<Vec<_>>()
+    });
+    let mut shards = Vec::with_capacity(ids.len());
+    for id in ids {
+        shards.push(shard_view(&node, id).await);
+    }
+    Ok(Json(ShardList { shards }).into_response())
+}
+
+/// One shard as the admin API shows it, from this node's meta replica and its own replica
+/// of the shard (if any).
+async fn shard_view(node: &Node, id: u32) -> Shard {
+    let (members, created_at, projects) = node.meta.read_local(|sm, _| {
+        let shards = sm.shards();
+        match shards.get(id) {
+            Some(shard) => (
+                shard.members.clone(),
+                shard.created_at,
+                shards.projects_on(id),
+            ),
+            None => {
+                let unplaced = (sm.projects().into_iter())
+                    .map(|p| p.name)
+                    .filter(|name| shards.shard_of(name) == raftlock_raft::META_GROUP)
+                    .collect();
+                (Default::default(), 0, unplaced)
+            }
+        }
+    });
+    let members = match id {
+        raftlock_raft::META_GROUP => node.meta.voters(),
+        _ => members,
+    };
+    let (leader, term) = match node.group(id) {
+        Some(group) => {
+            let m = group.raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, Some(m.current_term))
+        }
+        None => (None, None),
+    };
+    Shard {
+        id,
+        members,
+        created_at,
+        projects,
+        leader,
+        term,
+    }
 }
 
 /// Routes answered by whichever node receives them.
@@ -72,6 +165,7 @@ pub fn local_routes() -> Router<SharedNode> {
         .route("/admin/v1/cluster", get(cluster))
         .route("/admin/v1/cluster/status", get(cluster_status))
         .route("/admin/v1/snapshot", get(snapshot))
+        .route("/admin/v1/shards", get(list_shards))
 }
 
 /// `GET /admin/v1/snapshot`: a backup of the whole state (`raftlock snapshot save`). Only
@@ -118,7 +212,7 @@ async fn snapshot(
 }
 
 async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
-    super::decide::decide(node, op, D).await
+    super::decide::decide(&node.meta, op, D).await
 }
 
 async fn create_project(
@@ -127,8 +221,10 @@ async fn create_project(
     b: Body,
 ) -> Result<Response, ApiError> {
     auth::platform(&node, &headers)?;
-    let NewProjectRequest { name } = body::json(&body::read(b, D).await?, D)?;
-    match decide(&node, Op::CreateProject { name }).await? {
+    let NewProjectRequest { name, shard } = body::json(&body::read(b, D).await?, D)?;
+    // Decided on the meta leader: the least-loaded shard is read from its own state.
+    let shard = shard.unwrap_or_else(|| node.meta.read_local(|sm, _| sm.shards().least_loaded()));
+    match decide(&node, Op::CreateProjectOn { name, shard }).await? {
         Reply::Project(p) => Ok((StatusCode::CREATED, Json(p)).into_response()),
         other => Err(unexpected(other)),
     }

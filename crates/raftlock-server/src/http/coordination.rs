@@ -61,8 +61,7 @@ impl Call {
     ) -> Result<T, ApiError> {
         let project = self.project.as_str();
         let result = self
-            .node
-            .meta
+            .group
             .linearizable(|sm, now| f(sm, project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -79,12 +78,12 @@ impl Call {
         look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
     ) -> Result<Option<T>, ApiError> {
         validate::acquire_timeout(timeout_seconds).map_err(core)?;
-        let now = self.node.meta.read_local(|_, now| now);
+        let now = self.group.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, timeout_seconds);
         let until = tokio::time::Instant::now() + time_left(deadline, now);
         // Registered before the first look (follow_waiter registers again, harmlessly), so an
         // apply between the two is not missed.
-        let _early = self.node.meta.waiters.register(topic);
+        let _early = self.group.waiters.register(topic);
         match self.read_in(|sm, _, now| look(sm, now)).await? {
             Look::Granted(answer) => return Ok(Some(answer)),
             Look::Dropped => return Ok(None),
@@ -231,8 +230,7 @@ impl Call {
             return Ok(answer);
         }
         let wait_group = self
-            .node
-            .meta
+            .group
             .read_local(|sm, now| sm.wait_groups_in(project, ns)?.get(project, ns, name, now))
             .map_err(core)?;
         let outcome = finished(wait_group.status).unwrap_or(WaitGroupWaitOutcome::TimedOut);
@@ -366,8 +364,7 @@ impl Call {
             return Ok(answer);
         }
         let barrier = self
-            .node
-            .meta
+            .group
             .read_local(|sm, now| sm.barriers_in(project, ns)?.get(project, ns, name, now))
             .map_err(core)?;
         let outcome = if barrier.generation > r.expected_generation {

@@ -23,7 +23,8 @@ use super::body;
 use super::errors::{ApiError, Dialect, NotProposed};
 use super::idempotency::ClientRequestId;
 use super::wait::WaitContext;
-use crate::node::SharedNode;
+use crate::group::Group;
+use crate::node::{Node, SharedNode};
 
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
@@ -64,6 +65,57 @@ pub fn repeatable(method: &Method, path: &str) -> bool {
         )
 }
 
+/// Where a call is decided: by a group this node hosts (at that group's leader, which may
+/// be this node), or — for a shard this node hosts no replica of — by one of the shard's
+/// members, which takes it on to its leader. The shard comes from the caller's project on
+/// this node's meta replica (admin and unauthenticated calls: the meta group).
+enum Route {
+    Hosted(std::sync::Arc<Group>),
+    Remote { members: Vec<(u64, String)> },
+}
+
+impl Route {
+    fn of(node: &Node, headers: &axum::http::HeaderMap, dialect: Dialect) -> Route {
+        let shard = auth::lock_caller(node, headers, dialect)
+            .map_or(raftlock_raft::META_GROUP, |project| node.shard_of(&project));
+        match node.group(shard) {
+            Some(group) => Route::Hosted(group),
+            None => Route::Remote {
+                members: node.shard_members(shard),
+            },
+        }
+    }
+
+    /// Where attempt number `attempt` goes: the group's leader (waiting until `deadline` for
+    /// one to be known), or the shard's members in turn.
+    async fn stop(&self, attempt: usize, deadline: Instant) -> Option<(u64, String)> {
+        match self {
+            Route::Hosted(group) => group.wait_for_leader_until(deadline).await,
+            Route::Remote { members } if members.is_empty() => None,
+            Route::Remote { members } => Some(members[attempt % members.len()].clone()),
+        }
+    }
+
+    /// Resolves once this node knows the group's leader to be elsewhere than `leader_id`
+    /// (never, for a group it does not host).
+    async fn leader_news(&self, leader_id: u64) {
+        let Route::Hosted(group) = self else {
+            return std::future::pending().await;
+        };
+        let mut metrics = group.raft.metrics();
+        // News may already be here (the attempt failed because of it).
+        if metrics.borrow_and_update().current_leader != Some(leader_id) {
+            return;
+        }
+        while metrics.changed().await.is_ok() {
+            if metrics.borrow().current_leader != Some(leader_id) {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
 /// Middleware on every route that needs the leader.
 pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next) -> Response {
     let arrived = Instant::now();
@@ -79,7 +131,8 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         }
     }
     let first_deadline = arrived + node.config.commit_timeout;
-    let Some(leader) = node.meta.wait_for_leader_until(first_deadline).await else {
+    let target = Route::of(&node, req.headers(), dialect);
+    let Some(leader) = target.stop(0, first_deadline).await else {
         return ApiError::unavailable(dialect, "no leader").into_response();
     };
     let (mut parts, body) = req.into_parts();
@@ -89,7 +142,7 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
     };
     let call = Call::new(&node, &parts, body, hops, arrived, dialect);
     parts.extensions.insert(call.wait.clone());
-    let mut resp = route(&node, &call, leader, parts, next).await;
+    let mut resp = route(&node, &call, &target, leader, parts, next).await;
     if hops > 0 && resp.extensions().get::<NotProposed>().is_some() {
         // Tell the forwarding peer it may send this request on to the new leader.
         resp.headers_mut()
@@ -104,11 +157,13 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
 async fn route(
     node: &SharedNode,
     call: &Call,
+    target: &Route,
     (mut leader_id, mut addr): (u64, String),
     parts: Parts,
     next: Next,
 ) -> Response {
     let mut local = Some((parts, next));
+    let mut attempt_no = 0;
     let mut remote_attempts = if call.hops == 1 { u32::MAX } else { 1 };
     loop {
         let (last, may_retry) = if leader_id == node.config.node_id {
@@ -127,7 +182,7 @@ async fn route(
                     .into_response();
             }
             remote_attempts -= 1;
-            match attempt(node, call, &addr).await {
+            match attempt(node, call, target, &addr).await {
                 Ok(resp) => return resp,
                 Err((resp, may_retry)) => (resp, may_retry && remote_attempts > 0),
             }
@@ -138,21 +193,10 @@ async fn route(
         // Let the cluster settle (a new leader, or the same one back), then try again. Only
         // news of the leader ends the pause early: other metrics change on every heartbeat,
         // and a leader whose answers keep getting lost must not be hammered.
-        let mut metrics = node.meta.raft.metrics();
         let pause = (Instant::now() + RETRY_PAUSE).min(call.deadline);
-        let leader_news = async {
-            // News may already be here (the attempt failed because of it): no pause then.
-            if metrics.borrow_and_update().current_leader != Some(leader_id) {
-                return;
-            }
-            while metrics.changed().await.is_ok() {
-                if metrics.borrow().current_leader != Some(leader_id) {
-                    break;
-                }
-            }
-        };
-        let _ = tokio::time::timeout_at(pause, leader_news).await;
-        match node.meta.wait_for_leader_until(call.deadline).await {
+        let _ = tokio::time::timeout_at(pause, target.leader_news(leader_id)).await;
+        attempt_no += 1;
+        match target.stop(attempt_no, call.deadline).await {
             Some((id, leader_addr)) => (leader_id, addr) = (id, leader_addr),
             None => return last,
         }
@@ -162,12 +206,17 @@ async fn route(
 
 /// One forward to the leader at `addr`. `Ok`: the answer to relay. `Err`: a 503 to relay
 /// unless the call goes on elsewhere, and whether it may.
-async fn attempt(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, (Response, bool)> {
+async fn attempt(
+    node: &SharedNode,
+    call: &Call,
+    target: &Route,
+    addr: &str,
+) -> Result<Response, (Response, bool)> {
     // A leader that is cut off but alive may hold the call until the deadline; as soon as
     // this node learns of another leader, a repeatable call goes on there.
     let result = tokio::select! {
         r = send(node, call, addr) => r,
-        _ = leader_moved_from(node, addr), if call.repeatable => Err(Failed {
+        _ = leader_moved_from(target, addr), if call.repeatable => Err(Failed {
             sent: true,
             error: ApiError::unavailable(call.dialect, "the leader changed"),
         }),
@@ -293,11 +342,15 @@ fn blocking_timeout(path: &str, body: &[u8], dialect: Dialect) -> u64 {
         .min(raftlock_core::validate::MAX_ACQUIRE_TIMEOUT)
 }
 
-/// Resolves once this node knows a leader at an address other than `addr`.
-async fn leader_moved_from(node: &SharedNode, addr: &str) {
-    let mut metrics = node.meta.raft.metrics();
+/// Resolves once this node knows the group's leader at an address other than `addr` (never,
+/// for a group it does not host).
+async fn leader_moved_from(target: &Route, addr: &str) {
+    let Route::Hosted(group) = target else {
+        return std::future::pending().await;
+    };
+    let mut metrics = group.raft.metrics();
     loop {
-        if node.meta.leader().is_some_and(|(_, a)| a != addr) {
+        if group.leader().is_some_and(|(_, a)| a != addr) {
             return;
         }
         if metrics.changed().await.is_err() {

@@ -56,8 +56,7 @@ async fn list(
     if !after.is_empty() {
         check_key(&after)?;
     }
-    let page = node
-        .meta
+    let page = super::decide::group_for(&node, &project, D)?
         .linearizable(|sm, now| sm.list_locks(&project, &after, limit + 1, now))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -118,7 +117,8 @@ fn check_key(key: &str) -> Result<(), ApiError> {
 }
 
 async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
-    super::decide::decide(node, op, D).await
+    let group = super::decide::group_for(node, op.project().unwrap_or_default(), D)?;
+    super::decide::decide(&group, op, D).await
 }
 
 fn lease_body(reply: Reply) -> Result<Response, ApiError> {
@@ -245,8 +245,7 @@ async fn read(
     let project = caller_project(&node, &headers)?;
     let key = key_of(key)?;
     check_key(&key)?;
-    let read = node
-        .meta
+    let read = super::decide::group_for(&node, &project, D)?
         .linearizable(|sm, now| sm.read_lock(&project, &key, now))
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?

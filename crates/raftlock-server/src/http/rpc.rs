@@ -89,6 +89,7 @@ async fn dispatch(
     let bytes = body::read(b, D).await?;
     let ctx = wait.map(|Extension(w)| w).unwrap_or_default();
     let call = Call {
+        group: super::decide::group_for(&node, &project, D)?,
         node,
         project,
         request_id,
@@ -157,6 +158,8 @@ async fn dispatch(
 /// One authenticated call: the node and the caller's project.
 pub(super) struct Call {
     pub(super) node: SharedNode,
+    /// The group that decides the project's calls: its shard's, on this node.
+    pub(super) group: std::sync::Arc<crate::group::Group>,
     pub(super) project: String,
     /// The call's request ids (the client's, and one a node minted): writes under them are
     /// applied once.
@@ -171,7 +174,7 @@ impl Call {
         op.validate().map_err(core)?;
         let op =
             super::idempotency::wrap_hier(self.request_id, self.method, self.project.clone(), op);
-        super::decide::decide(&self.node, op, D).await
+        super::decide::decide(&self.group, op, D).await
     }
 
     async fn read<T>(
@@ -180,8 +183,7 @@ impl Call {
     ) -> Result<T, ApiError> {
         let project = self.project.as_str();
         let result = self
-            .node
-            .meta
+            .group
             .linearizable(|sm, now| f(sm.hierarchy(), project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -392,7 +394,7 @@ impl Call {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
         // Judge the deadline on the state machine's clock (never behind applied time), the
         // clock the replicated queue uses to drop expired waiters.
-        let now = self.node.meta.read_local(|_, now| now);
+        let now = self.group.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
         // Counted from here, not from when the enqueue commits: a slow commit must not
         // lengthen the wait the client asked for.
@@ -409,8 +411,7 @@ impl Call {
         Self::acquire_op(&r, Some(spec.clone()))
             .validate()
             .map_err(core)?;
-        self.node
-            .meta
+        self.group
             .read_local(|sm, now| {
                 sm.hierarchy().check_wait_budget(
                     &self.project,
@@ -433,7 +434,7 @@ impl Call {
         };
         // Armed before the enqueueing proposal: a client that goes away while it is in
         // flight must not leave a waiter behind (a cancel of an absent waiter is a no-op).
-        let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
+        let mut guard = CancelOnDrop::new(self.group.clone(), self.project.clone(), cancel.clone());
         let first = match self.try_acquire(&r, Some(spec.clone())).await {
             Ok(first) => first,
             Err(e) => {
@@ -506,16 +507,16 @@ impl Call {
     ) -> Result<Option<T>, ApiError> {
         let _gauge = WaiterGauge::new();
         // Registered before the first look, so a resolution in between is not missed.
-        let registration = self.node.meta.waiters.register(waiter_id);
-        let mut server = self.node.meta.raft.server_metrics();
+        let registration = self.group.waiters.register(waiter_id);
+        let mut server = self.group.raft.server_metrics();
         loop {
-            let recheck = match self.node.meta.read_local(&look).map_err(core)? {
+            let recheck = match self.group.read_local(&look).map_err(core)? {
                 Look::Queued => WAIT_SAFETY_POLL,
                 Look::QueuedFor(at_most) => at_most.min(WAIT_SAFETY_POLL),
                 Look::Granted(answer) => return Ok(Some(answer)),
                 Look::Dropped => return Ok(None),
             };
-            if !self.node.meta.is_leader() {
+            if !self.group.is_leader() {
                 // A deposed leader's applied state stops moving: answer 503 now, so the
                 // forwarding follower (or the client) goes on with the new leader, where the
                 // same waiter id keeps its place, instead of learning it at the deadline.

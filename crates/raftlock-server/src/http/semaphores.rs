@@ -47,8 +47,7 @@ impl Call {
     ) -> Result<T, ApiError> {
         let project = self.project.as_str();
         let result = self
-            .node
-            .meta
+            .group
             .linearizable(|sm, now| f(sm.semaphores_in(project, namespace)?, project, now))
             .await
             .map_err(|e| ApiError::from_unavailable(D, e))?;
@@ -244,7 +243,7 @@ impl Call {
             return acquire_answer(self.write(Self::acquire_semaphore_op(&r, None)).await?);
         }
         // Judged on the state machine's clock, the one the replicated queue drops waiters by.
-        let now = self.node.meta.read_local(|_, now| now);
+        let now = self.group.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, r.timeout_seconds);
         // Counted from here, not from when the enqueue commits (see `rpc::acquire`).
         let until = tokio::time::Instant::now() + time_left(deadline, now);
@@ -256,8 +255,7 @@ impl Call {
         // Refused for its shape or a full queue before the cancel guard is armed: such a call
         // writes nothing (apply checks again).
         op.validate().map_err(core)?;
-        self.node
-            .meta
+        self.group
             .read_local(|sm, now| {
                 let s = sm.semaphores_in(&self.project, &r.namespace_name)?;
                 s.check_wait_budget(
@@ -278,7 +276,7 @@ impl Call {
         };
         // Armed before the enqueueing proposal: a client that goes away while it is in flight
         // must not leave a waiter behind (a cancel of an absent waiter changes nothing).
-        let mut guard = CancelOnDrop::new(self.node.clone(), self.project.clone(), cancel.clone());
+        let mut guard = CancelOnDrop::new(self.group.clone(), self.project.clone(), cancel.clone());
         let first = match self.write(op).await.and_then(acquire_answer) {
             Ok(first) => first,
             Err(e) => {

@@ -8,12 +8,13 @@ use raftlock_core::command::HierOp;
 use raftlock_core::Op;
 use rand::distributions::{Alphanumeric, DistString};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::group::Group;
 use crate::headers::{WAITER_ID_HEADER, WAIT_LEFT_HEADER};
-use crate::node::SharedNode;
 
 /// The identity of a blocking acquire, fixed by the node the client called and kept across
 /// every retry at a new leader, so a retry keeps the call's place in the replicated queue
@@ -101,13 +102,13 @@ pub fn new_waiter_id() -> String {
 /// Proposes a cancel if the waiting call goes away (client disconnect drops the handler),
 /// so an abandoned waiter leaves the queue at once instead of at its deadline.
 pub(super) struct CancelOnDrop {
-    pending: Option<(SharedNode, String, HierOp)>,
+    pending: Option<(Arc<Group>, String, HierOp)>,
 }
 
 impl CancelOnDrop {
-    pub(super) fn new(node: SharedNode, project: String, cancel: HierOp) -> Self {
+    pub(super) fn new(group: Arc<Group>, project: String, cancel: HierOp) -> Self {
         CancelOnDrop {
-            pending: Some((node, project, cancel)),
+            pending: Some((group, project, cancel)),
         }
     }
 
@@ -118,9 +119,9 @@ impl CancelOnDrop {
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some((node, project, op)) = self.pending.take() {
+        if let Some((group, project, op)) = self.pending.take() {
             tokio::spawn(async move {
-                if let Err(e) = node.meta.propose(Op::Hier { project, op }).await {
+                if let Err(e) = group.propose(Op::Hier { project, op }).await {
                     tracing::warn!(error = %e, "could not dequeue an abandoned waiter");
                 }
             });

@@ -426,6 +426,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                     "NewProjectRequest",
                     example(&admin::NewProjectRequest {
                         name: "acme".into(),
+                        shard: None,
                     }),
                 )
                 .ok(201, "Created.", "Project")
@@ -559,6 +560,31 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                 .ok(202, "Accepted; still in progress.", "ClusterView")
                 .errors(&with(&[409]))
                 .build(),
+        ),
+        (
+            "/admin/v1/shards",
+            HttpMethod::Post,
+            admin("createShard", "Add a data shard on nodes of the cluster")
+                .body(
+                    "NewShardRequest",
+                    example(&admin::NewShardRequest {
+                        members: [4, 5, 6].into(),
+                    }),
+                )
+                .ok(201, "Created; its members start their replicas.", "Shard")
+                .errors(&with(&[400]))
+                .build(),
+        ),
+        (
+            "/admin/v1/shards",
+            HttpMethod::Get,
+            admin(
+                "listShards",
+                "The meta group and every data shard, as the node asked sees them",
+            )
+            .ok(200, "The shards, by id.", "ShardList")
+            .errors(&[401, 403])
+            .build(),
         ),
         (
             "/admin/v1/cluster",

@@ -1,0 +1,179 @@
+//! Data shards: six nodes, two data shards of three nodes each (each its own Raft group, with
+//! its own directory, leader and term), projects placed on both, every API served through
+//! every node — including nodes that host no replica of the project's shard — and a shard
+//! that loses its leader recovering while the other does not notice.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use raftlock_tests::{eventually, token, Cluster, Locks};
+use serde_json::{json, Value};
+
+/// The shards as `node` lists them.
+async fn shards(cluster: &Cluster, node: u64) -> Option<Vec<Value>> {
+    let r = cluster
+        .http
+        .get(cluster.url(node, "/admin/v1/shards"))
+        .bearer_auth(&cluster.platform)
+        .send()
+        .await
+        .ok()?;
+    let body: Value = r.json().await.ok()?;
+    body["shards"].as_array().cloned()
+}
+
+/// (leader, term) of shard `id` as `node` (a member) sees it, once it has a leader.
+async fn shard_leader(cluster: &Cluster, node: u64, id: u64) -> Option<(u64, u64)> {
+    let list = shards(cluster, node).await?;
+    let shard = list.iter().find(|s| s["id"] == id)?;
+    Some((shard["leader"].as_u64()?, shard["term"].as_u64()?))
+}
+
+async fn create_shard(cluster: &Cluster, members: &[u64]) -> Result<u64> {
+    let r = cluster
+        .admin_post(
+            cluster.ids()[0],
+            "/admin/v1/shards",
+            json!({ "members": members }),
+        )
+        .await?;
+    ensure!(r.status().as_u16() == 201, "create shard: {}", r.status());
+    let body: Value = r.json().await?;
+    body["id"].as_u64().context("shard id")
+}
+
+async fn create_project_on(cluster: &Cluster, project: &str, shard: u64) -> Result<String> {
+    let r = cluster
+        .admin_post(
+            cluster.ids()[0],
+            "/admin/v1/projects",
+            json!({ "name": project, "shard": shard }),
+        )
+        .await?;
+    ensure!(r.status().as_u16() == 201, "create project: {}", r.status());
+    cluster.project_key(project, "service_role", &[]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Result<()> {
+    let mut cluster = Cluster::start(6).await?;
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let low = create_shard(&cluster, &[1, 2, 3]).await?;
+    let high = create_shard(&cluster, &[4, 5, 6]).await?;
+    assert_eq!((low, high), (1, 2), "shards are numbered in order");
+    for (shard, member) in [(low, 1), (high, 4)] {
+        let elected = eventually(Duration::from_secs(10), "the shard elects a leader", || {
+            shard_leader(&cluster, member, shard)
+        })
+        .await;
+        if elected.is_err() {
+            println!("{:?}", shards(&cluster, member).await);
+            for line in cluster.log_lines(member).iter().filter(|l| l.contains("shard")) {
+                println!("{line}");
+            }
+        }
+        elected?;
+    }
+    let keys = [
+        ("on-low", create_project_on(&cluster, "on-low", low).await?),
+        (
+            "on-high",
+            create_project_on(&cluster, "on-high", high).await?,
+        ),
+    ];
+
+    // Each shard's replicas live in their own directory, on their members only.
+    for id in cluster.ids() {
+        let groups = cluster.data_dir(id).join("groups");
+        let (mine, other) = if id <= 3 { (low, high) } else { (high, low) };
+        assert!(
+            groups.join(mine.to_string()).is_dir(),
+            "node {id} hosts {mine}"
+        );
+        assert!(
+            !groups.join(other.to_string()).exists(),
+            "node {id} hosts no {other}"
+        );
+    }
+
+    // Every node serves both projects, whichever shard it hosts.
+    let mut tokens = Vec::new();
+    for (project, key) in &keys {
+        for node in cluster.ids() {
+            let locks = Locks::new(&cluster, node, key);
+            let (name, t) = (format!("{project}-via-{node}"), token());
+            let held = locks.acquire(&name, &t, 60).await?;
+            assert_eq!(
+                held.status, 200,
+                "{project} via node {node}: {:?}",
+                held.body
+            );
+            tokens.push((*project, key.clone(), name, held.fencing()));
+        }
+    }
+    for (project, key, name, fencing) in &tokens {
+        let read = Locks::new(&cluster, 6, key).read(name).await?;
+        assert_eq!(read.body["held"], true, "{project}/{name}");
+        assert_eq!(read.body["fencing_token"].as_u64(), Some(*fencing));
+    }
+
+    // The hierarchical API through a node outside the project's shard.
+    let rpc = Locks::new(&cluster, 1, &keys[1].1);
+    let ns = rpc
+        .rpc("CreateNamespace", json!({ "name": "jobs" }))
+        .await?;
+    assert_eq!(ns.status, 200, "{:?}", ns.body);
+    let lease = rpc
+        .rpc(
+            "CreateLockLease",
+            json!({ "namespace_name": "jobs", "process_id": "w1", "ttl_seconds": 60 }),
+        )
+        .await?;
+    assert_eq!(lease.status, 200, "{:?}", lease.body);
+    let lease_id = lease.body["lease"]["lease_id"]
+        .as_str()
+        .context("lease id")?;
+    let acquired = rpc
+        .rpc(
+            "AcquireLock",
+            json!({ "namespace_name": "jobs", "lock_name": "nightly", "lease_id": lease_id }),
+        )
+        .await?;
+    assert_eq!(
+        acquired.body["outcome"], "ACQUIRE_OUTCOME_ACQUIRED",
+        "{:?}",
+        acquired.body
+    );
+
+    // The high shard loses its leader; the low shard does not notice.
+    let (high_leader, _) = shard_leader(&cluster, 4, high)
+        .await
+        .context("high leader")?;
+    let (low_leader, low_term) = shard_leader(&cluster, 1, low).await.context("low leader")?;
+    cluster.kill(high_leader);
+    let killed_at = Instant::now();
+    let survivor = cluster.other_than(&[high_leader, 1, 2, 3]);
+    let high_locks = Locks::new(&cluster, survivor, &keys[1].1);
+    let (project, _, name, fencing) = &tokens[tokens.len() - 1];
+    let read = eventually(
+        Duration::from_secs(5),
+        "the high shard serves again",
+        || async {
+            let r = high_locks.read(name).await.ok()?;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await?;
+    println!(
+        "{project}: served again {:?} after its shard leader's kill",
+        killed_at.elapsed()
+    );
+    assert_eq!(read.body["fencing_token"].as_u64(), Some(*fencing), "kept");
+    let low_now = shard_leader(&cluster, 1, low).await.context("low leader")?;
+    assert_eq!(
+        low_now,
+        (low_leader, low_term),
+        "the other shard saw no election"
+    );
+    Ok(())
+}
