@@ -192,6 +192,7 @@ impl StateMachine {
     }
 
     fn apply_op(&mut self, op: &Op, t: Nanos) -> Outcome {
+        self.check_placement(op)?;
         match op {
             Op::Tick => Ok(Reply::Done),
             Op::CreateProject { name } => {
@@ -241,6 +242,23 @@ impl StateMachine {
             } => self.apply_lock(project, key, action, t),
             Op::Hier { project, op } => self.apply_hier(project, op, t),
             Op::Once { request_id, op } => self.apply_once(*request_id, op, t),
+        }
+    }
+
+    /// Refuses a tenant call for a project this group does not hold: the meta group knows
+    /// which projects live on data shards (a data shard's own map is empty, so it refuses
+    /// nothing). Routing never sends such a call here; this keeps a mistake in routing from
+    /// writing a project's locks into two groups.
+    fn check_placement(&self, op: &Op) -> Result<(), CoreError> {
+        let Some(project) = op.project() else {
+            return Ok(());
+        };
+        match self.shards.shard_of(project) {
+            crate::shards::META_SHARD => Ok(()),
+            shard => Err(CoreError::invalid(
+                "project",
+                format!("project {project} lives on shard {shard}, not in this group"),
+            )),
         }
     }
 
@@ -712,6 +730,53 @@ mod tests {
             key: "k".into(),
             action,
         }
+    }
+
+    #[test]
+    fn the_meta_group_refuses_calls_of_projects_placed_on_a_data_shard() {
+        let mut sm = StateMachine::default();
+        let create = Command {
+            stamp: 1,
+            ops: vec![
+                Op::CreateShard {
+                    members: [4, 5, 6].into(),
+                },
+                Op::CreateProjectOn {
+                    name: "far".into(),
+                    shard: 1,
+                },
+                Op::CreateProjectOn {
+                    name: "near".into(),
+                    shard: 0,
+                },
+            ],
+        };
+        assert!(sm.apply(&create).iter().all(Result::is_ok));
+        let call = |project: &str| Op::Hier {
+            project: project.into(),
+            op: HierOp::CreateNamespace {
+                name: "ns".into(),
+                description: String::new(),
+                metadata: Default::default(),
+            },
+        };
+        let out = sm.apply(&Command {
+            stamp: 2,
+            ops: vec![call("far"), call("near")],
+        });
+        assert!(
+            matches!(&out[0], Err(CoreError::Invalid { .. })),
+            "{:?}",
+            out[0]
+        );
+        assert!(out[1].is_ok(), "{:?}", out[1]);
+        // A data shard's machine holds the far project's calls.
+        let mut shard = StateMachine::default();
+        assert!(shard.apply(&Command {
+            stamp: 2,
+            ops: vec![call("far")]
+        })[0]
+            .is_ok());
     }
 
     #[test]

@@ -189,6 +189,16 @@ async fn snapshot(
         .await
         .map_err(|e| ApiError::from_unavailable(D, e))?;
     let state = node.meta.state_copy();
+    if state.machine.shards().iter().next().is_some() {
+        // A backup of the meta group alone would restore projects without the locks, tokens
+        // and keys' data their shards hold: refuse rather than hand out a partial one.
+        return Err(ApiError::new(
+            D,
+            StatusCode::CONFLICT,
+            "this cluster has data shards, and a backup holds one group: backups of sharded \
+             clusters are not supported yet (docs/operations.md, Shards)",
+        ));
+    }
     let cluster_id = node.identity.get();
     let taken_at_ms = crate::clock::wall_clock() / 1_000_000;
     let bytes = tokio::task::spawn_blocking(move || {
