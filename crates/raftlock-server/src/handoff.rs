@@ -23,6 +23,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
+use crate::group::Group;
+use crate::headers::{group_of, GROUP_HEADER};
 use crate::http::auth;
 use crate::node::SharedNode;
 
@@ -50,28 +52,29 @@ pub enum HandOffError {
 /// the new leader's id. Writes are held (not refused) meanwhile.
 pub async fn hand_off(
     node: &SharedNode,
+    group: &Group,
     target: Option<u64>,
     bound: Duration,
 ) -> Result<u64, HandOffError> {
     let started = Instant::now();
     let deadline = started + bound;
-    if !node.meta.is_leader() {
+    if !group.is_leader() {
         return Err(HandOffError::NotLeader);
     }
-    let target = choose_target(node, target)?;
-    tracing::info!(target, "handing leadership over");
-    let hold = tokio::time::timeout_at(deadline, node.meta.hold_writes())
+    let target = choose_target(node, group, target)?;
+    tracing::info!(target, group = group.id, "handing leadership over");
+    let hold = tokio::time::timeout_at(deadline, group.hold_writes())
         .await
         .map_err(|_| HandOffError::TimedOut)?;
-    let result = move_leadership(node, target, deadline).await;
+    let result = move_leadership(node, group, target, deadline).await;
     // Let held writes go: on a deposed leader Raft refuses them unproposed and the forward
     // layer sends them to the new leader; if the hand-off failed they are proposed here.
     drop(hold);
-    node.meta.raft.runtime_config().heartbeat(true);
+    group.raft.runtime_config().heartbeat(true);
     match &result {
         Ok(leader) => {
             metrics::counter!("raftlock_leader_handoffs_total").increment(1);
-            tracing::info!(leader, took = ?started.elapsed(), "leadership handed over");
+            tracing::info!(leader, group = group.id, took = ?started.elapsed(), "leadership handed over");
         }
         Err(e) => tracing::warn!(error = %e, "leadership hand-off failed"),
     }
@@ -80,9 +83,13 @@ pub async fn hand_off(
 
 /// The voter to hand leadership to: `wanted` if it is a voter other than this node, else the
 /// other voter with the longest replicated log.
-fn choose_target(node: &SharedNode, wanted: Option<u64>) -> Result<u64, HandOffError> {
+fn choose_target(
+    node: &SharedNode,
+    group: &Group,
+    wanted: Option<u64>,
+) -> Result<u64, HandOffError> {
     let me = node.config.node_id;
-    let metrics = node.meta.raft.metrics().borrow().clone();
+    let metrics = group.raft.metrics().borrow().clone();
     let voters: Vec<u64> = metrics
         .membership_config
         .membership()
@@ -112,15 +119,15 @@ fn choose_target(node: &SharedNode, wanted: Option<u64>) -> Result<u64, HandOffE
 
 async fn move_leadership(
     node: &SharedNode,
+    group: &Group,
     target: u64,
     deadline: Instant,
 ) -> Result<u64, HandOffError> {
-    wait_caught_up(node, target, deadline).await?;
+    wait_caught_up(node, group, target, deadline).await?;
     tracing::debug!("hand-off target caught up");
     // Followers refuse votes while they hear from a leader (their leader lease): go quiet.
-    node.meta.raft.runtime_config().heartbeat(false);
-    let addr = node
-        .meta
+    group.raft.runtime_config().heartbeat(false);
+    let addr = group
         .raft
         .metrics()
         .borrow()
@@ -129,12 +136,12 @@ async fn move_leadership(
         .get_node(&target)
         .map(|n| n.addr.clone())
         .ok_or(HandOffError::NotAVoter(target))?;
-    let mut metrics = node.meta.raft.metrics();
+    let mut metrics = group.raft.metrics();
     loop {
-        ask_to_campaign(node, &addr).await;
+        ask_to_campaign(node, group, &addr).await;
         let nudge = (Instant::now() + NUDGE_EVERY).min(deadline);
         while Instant::now() < nudge {
-            if let Some(leader) = moved_to(node) {
+            if let Some(leader) = moved_to(node, group) {
                 return Ok(leader);
             }
             if tokio::time::timeout_at(nudge, metrics.changed())
@@ -144,7 +151,7 @@ async fn move_leadership(
                 break;
             }
         }
-        if let Some(leader) = moved_to(node) {
+        if let Some(leader) = moved_to(node, group) {
             return Ok(leader);
         }
         if Instant::now() >= deadline {
@@ -154,18 +161,19 @@ async fn move_leadership(
 }
 
 /// The new leader, once one other than this node is known.
-fn moved_to(node: &SharedNode) -> Option<u64> {
-    let leader = node.meta.raft.metrics().borrow().current_leader?;
+fn moved_to(node: &SharedNode, group: &Group) -> Option<u64> {
+    let leader = group.raft.metrics().borrow().current_leader?;
     (leader != node.config.node_id).then_some(leader)
 }
 
 /// Waits until `target` has replicated this leader's whole log.
 async fn wait_caught_up(
     node: &SharedNode,
+    group: &Group,
     target: u64,
     deadline: Instant,
 ) -> Result<(), HandOffError> {
-    let mut metrics = node.meta.raft.metrics();
+    let mut metrics = group.raft.metrics();
     loop {
         let caught_up = {
             let m = metrics.borrow();
@@ -193,9 +201,10 @@ async fn wait_caught_up(
 
 /// One campaign request to the node at `addr`; failures are only logged (the caller asks
 /// again until leadership moves or its deadline passes).
-async fn ask_to_campaign(node: &SharedNode, addr: &str) {
+async fn ask_to_campaign(node: &SharedNode, group: &Group, addr: &str) {
     let req = node
         .peer_request(reqwest::Method::POST, &node.peer_url(addr, CAMPAIGN_PATH))
+        .header(GROUP_HEADER, group.id.to_string())
         .timeout(Duration::from_millis(500));
     match req.send().await {
         Ok(resp) if resp.status().is_success() => {}
@@ -210,10 +219,17 @@ pub async fn campaign(State(node): State<SharedNode>, headers: HeaderMap) -> Res
     if let Err(refusal) = auth::admit_peer(&node, &headers) {
         return refusal.into_response();
     }
-    if !node.meta.may_campaign() {
+    let Some(group) = group_of(&headers).and_then(|id| node.group(id)) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this node hosts no replica of that group",
+        )
+            .into_response();
+    };
+    if !group.may_campaign() {
         return (StatusCode::CONFLICT, "clock unfit to lead").into_response();
     }
-    match node.meta.raft.trigger().elect().await {
+    match group.raft.trigger().elect().await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }

@@ -163,11 +163,17 @@ const HANDOFF_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 async fn step_down(node: &node::SharedNode) {
     tracing::info!("stopping");
     node.begin_stop();
-    if node.meta.is_leader() {
-        if let Err(e) = handoff::hand_off(node, None, HANDOFF_BOUND).await {
-            tracing::warn!(error = %e, "stopping without a hand-off");
+    // Every group this node leads is handed over at once, each to its own most caught-up
+    // member, within the one bound.
+    let led: Vec<_> = (node.groups().into_iter())
+        .filter(|group| group.is_leader())
+        .collect();
+    let hand_offs = led.iter().map(|group| async move {
+        if let Err(e) = handoff::hand_off(node, group, None, HANDOFF_BOUND).await {
+            tracing::warn!(group = group.id, error = %e, "stopping without a hand-off");
         }
-    }
+    });
+    futures::future::join_all(hand_offs).await;
 }
 
 async fn shutdown_signal() {

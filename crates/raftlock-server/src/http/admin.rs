@@ -442,7 +442,7 @@ async fn move_leader(
     if node_id == Some(node.config.node_id) {
         return Ok(Json(cluster_view(&node)).into_response());
     }
-    match hand_off(&node, node_id, MOVE_LEADER_BOUND).await {
+    match hand_off(&node, &node.meta, node_id, MOVE_LEADER_BOUND).await {
         Ok(leader) if node_id.is_some_and(|wanted| wanted != leader) => Err(ApiError::new(
             D,
             StatusCode::CONFLICT,
