@@ -159,11 +159,17 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         acquired.body
     );
 
-    // The high shard loses its leader; the low shard does not notice.
-    let (high_leader, _) = shard_leader(&cluster, 4, high)
-        .await
-        .context("high leader")?;
-    let (low_leader, low_term) = shard_leader(&cluster, 1, low).await.context("low leader")?;
+    // The high shard loses its leader; the low shard does not notice. First the balancers
+    // settle: no node leads two groups (the lowest member first led each shard, and the
+    // meta group's leader may lead a shard too).
+    let settled = || async {
+        let meta = shard_leader(&cluster, 1, 0).await?.0;
+        let low_now = shard_leader(&cluster, 1, low).await?;
+        let high_now = shard_leader(&cluster, 4, high).await?;
+        (meta != low_now.0 && meta != high_now.0).then_some((low_now, high_now.0))
+    };
+    let ((low_leader, low_term), high_leader) =
+        eventually(Duration::from_secs(30), "leaderships settle", settled).await?;
     cluster.kill(high_leader);
     let killed_at = Instant::now();
     let survivor = cluster.other_than(&[high_leader, 1, 2, 3]);
@@ -230,5 +236,28 @@ async fn a_stopping_node_hands_over_every_shard_it_leads() -> Result<()> {
         served_after < Duration::from_millis(300),
         "the shard was left to an election: served {served_after:?} after the stop"
     );
+    Ok(())
+}
+
+/// Three data shards on three nodes: the lowest member initializes (and so first leads) every
+/// shard, and the balancers spread the four leaderships (meta included) until no node leads
+/// two more than another — every node leads at least one group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaderships_spread_over_the_nodes() -> Result<()> {
+    let cluster = Cluster::start(3).await?;
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    for _ in 0..3 {
+        create_shard(&cluster, &[1, 2, 3]).await?;
+    }
+    let spread = eventually(Duration::from_secs(30), "leaderships spread", || async {
+        let list = shards(&cluster, 1).await?;
+        let leaders: Vec<u64> = list.iter().filter_map(|s| s["leader"].as_u64()).collect();
+        let per_node: Vec<usize> = (1..=3)
+            .map(|id| leaders.iter().filter(|l| **l == id).count())
+            .collect();
+        (leaders.len() == 4 && per_node.iter().all(|n| (1..=2).contains(n))).then_some(per_node)
+    })
+    .await?;
+    println!("groups led per node: {spread:?}");
     Ok(())
 }

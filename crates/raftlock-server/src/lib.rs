@@ -4,6 +4,7 @@
 //! top of the replicated state machine.
 //!
 //! ## Layout
+//! - [`balance`]: spreads the leaderships of the groups a node shares with its peers.
 //! - [`config`]: flags, `RAFTLOCK_*` environment and `--config` TOML into one [`config::Config`].
 //! - [`node`]: the running node — the groups it hosts, peer clients, the stop signal.
 //! - [`group`]: one Raft group on this node — Raft instance, applied state, leader checks,
@@ -32,6 +33,7 @@
 //! - [`cli`]: the client commands of the binary (`lock`, `ns`, `lease`, `hlock`, `admin`,
 //!   `cluster`, `snapshot`), built on `raftlock-client`.
 
+pub mod balance;
 pub mod certs;
 pub mod cli;
 pub mod clock;
@@ -119,6 +121,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     node.meta.spawn_ticker(node.config.tick);
     (node.meta).spawn_compactor(node.config.snapshot_logs, node.config.snapshot_bytes);
     shards::spawn_keeper(node.clone());
+    balance::spawn(node.clone());
     shutdown_signal().await;
     step_down(&node).await;
     // Stop accepting; open connections finish what they carry (a request that arrives now
