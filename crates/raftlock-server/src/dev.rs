@@ -30,6 +30,19 @@ pub struct DevArgs {
     /// `<data-dir>/tls` (peers listen on base-port + 100 + i - 1).
     #[arg(long)]
     pub tls: bool,
+    /// Data shards to create (each a Raft group on three consecutive nodes, or all nodes when
+    /// fewer); 0 keeps every project on the meta group. Existing shards are kept.
+    #[arg(long, default_value_t = 0)]
+    pub shards: u32,
+}
+
+/// The voters of data shard `index` (0-based) of a dev cluster of `nodes` nodes: three
+/// consecutive nodes (wrapping), or one node in a cluster of fewer than three (a voter set
+/// is odd).
+pub fn shard_members(index: u32, nodes: u64) -> Vec<u64> {
+    let size = if nodes >= 3 { 3 } else { 1 };
+    let first = (u64::from(index) * size) % nodes;
+    (0..size).map(|k| (first + k) % nodes + 1).collect()
 }
 
 /// Where a dev node listens and which certificate it uses.
@@ -128,7 +141,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .collect();
     let cacert = args.tls.then(|| tls_dir.join("ca.pem"));
     let stop = StopSignals::install()?;
-    let result = setup(&urls, cacert.as_deref(), &platform).await;
+    let result = setup(&urls, cacert.as_deref(), &platform, args.shards).await;
     match result {
         Ok(key) => print_banner(&urls, cacert.as_deref(), &platform, &key),
         Err(e) => {
@@ -172,11 +185,45 @@ impl StopSignals {
     }
 }
 
-/// Waits for a leader, then creates (or reuses) project `default` and a service-role key.
+/// Creates the data shards the cluster does not have yet, up to `wanted`.
+async fn create_shards(
+    client: &reqwest::Client,
+    base: &str,
+    platform: &str,
+    wanted: u32,
+    nodes: u64,
+) -> anyhow::Result<()> {
+    let listed: Value = (client.get(format!("{base}/admin/v1/shards")))
+        .bearer_auth(platform)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    // The meta group is listed too.
+    let have = listed["shards"]
+        .as_array()
+        .map_or(0, |s| s.len().saturating_sub(1)) as u32;
+    for index in have..wanted {
+        let members = shard_members(index, nodes);
+        (client.post(format!("{base}/admin/v1/shards")))
+            .bearer_auth(platform)
+            .json(&json!({ "members": members }))
+            .send()
+            .await?
+            .error_for_status()
+            .with_context(|| format!("creating shard {} on {members:?}", index + 1))?;
+    }
+    Ok(())
+}
+
+/// Waits for a leader, then creates the data shards asked for and (or reuses) project
+/// `default` and a service-role key.
 async fn setup(
     urls: &[String],
     cacert: Option<&std::path::Path>,
     platform: &str,
+    shards: u32,
 ) -> anyhow::Result<String> {
     let mut client = reqwest::Client::builder();
     if let Some(path) = cacert {
@@ -200,6 +247,7 @@ async fn setup(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    create_shards(&client, base, platform, shards, urls.len() as u64).await?;
     let created = client
         .post(format!("{base}/admin/v1/projects"))
         .bearer_auth(platform)
@@ -263,4 +311,18 @@ fn print_banner(urls: &[String], cacert: Option<&std::path::Path>, platform: &st
 fn workers_per_node(nodes: usize) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cpus / nodes.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_shards_take_three_consecutive_nodes() {
+        assert_eq!(shard_members(0, 6), vec![1, 2, 3]);
+        assert_eq!(shard_members(1, 6), vec![4, 5, 6]);
+        assert_eq!(shard_members(2, 3), vec![1, 2, 3]);
+        assert_eq!(shard_members(1, 5), vec![4, 5, 1]);
+        assert_eq!(shard_members(1, 2), vec![2]);
+    }
 }
