@@ -131,6 +131,29 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         assert_eq!(read.body["fencing_token"].as_u64(), Some(*fencing));
     }
 
+    // Each node's metrics speak for the groups it hosts, per shard.
+    let labelled = |text: &str, name: &str, shard: u64| -> Option<f64> {
+        let prefix = format!("{name}{{shard=\"{shard}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+    };
+    let on_four = cluster.metrics_text(4).await.context("metrics")?;
+    let on_one = cluster.metrics_text(1).await.context("metrics")?;
+    let per_node = cluster.ids().len() as f64;
+    assert_eq!(
+        labelled(&on_four, "raftlock_shard_project_locks", high),
+        Some(per_node),
+        "one lock of on-high per node, in shard {high}"
+    );
+    assert_eq!(
+        labelled(&on_one, "raftlock_shard_project_locks", high),
+        None
+    );
+    assert_eq!(
+        labelled(&on_one, "raftlock_shard_project_locks", low),
+        Some(per_node)
+    );
+
     // The hierarchical API through a node outside the project's shard.
     let rpc = Locks::new(&cluster, 1, &keys[1].1);
     let ns = rpc

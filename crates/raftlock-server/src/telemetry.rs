@@ -101,7 +101,37 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         Kind::Histogram,
         "Time from proposing a log entry to its commit and apply.",
     ),
-    ("raftlock_raft_term", Kind::Gauge, "Current Raft term."),
+    ("raftlock_raft_term", Kind::Gauge, "Current Raft term (of the meta group)."),
+    (
+        "raftlock_shard_term",
+        Kind::Gauge,
+        "Current Raft term of each group this node hosts (label shard: 0 is the meta group).",
+    ),
+    (
+        "raftlock_shard_is_leader",
+        Kind::Gauge,
+        "1 for each group this node leads, 0 for each other group it hosts (label shard).",
+    ),
+    (
+        "raftlock_shard_applied_index",
+        Kind::Gauge,
+        "Applied log index of each group this node hosts (label shard).",
+    ),
+    (
+        "raftlock_shard_project_locks",
+        Kind::Gauge,
+        "Project locks held in each group this node hosts (label shard).",
+    ),
+    (
+        "raftlock_shard_hierarchical_locks_held",
+        Kind::Gauge,
+        "Hierarchical locks held in each group this node hosts (label shard).",
+    ),
+    (
+        "raftlock_leaderships_balanced_total",
+        Kind::Counter,
+        "Leaderships this node handed over to even out how many groups each node leads.",
+    ),
     (
         "raftlock_raft_leader",
         Kind::Gauge,
@@ -577,23 +607,83 @@ pub fn refresh_gauges(node: &Node) {
     metrics::gauge!("raftlock_raft_commit_index").set(commit as f64);
     metrics::gauge!("raftlock_raft_applied_index").set(applied as f64);
     metrics::gauge!("raftlock_apply_lag_entries").set(commit.saturating_sub(applied) as f64);
-    let (locks, (namespaces, leases, held), queued, sems) = node.meta.read_local(|sm, _| {
+    let mut totals = StateTotals::default();
+    for group in node.groups() {
+        let shard = group.id.to_string();
+        let m = group.raft.metrics().borrow().clone();
+        let leads = m.current_leader == Some(node.config.node_id);
+        metrics::gauge!("raftlock_shard_term", "shard" => shard.clone()).set(m.current_term as f64);
+        metrics::gauge!("raftlock_shard_is_leader", "shard" => shard.clone()).set(if leads {
+            1.0
+        } else {
+            0.0
+        });
+        let applied = m.last_applied.map_or(0, |l| l.index);
+        metrics::gauge!("raftlock_shard_applied_index", "shard" => shard.clone())
+            .set(applied as f64);
+        let held = group.read_local(|sm, _| StateTotals::of(sm));
+        metrics::gauge!("raftlock_shard_project_locks", "shard" => shard.clone())
+            .set(held.project_locks as f64);
+        metrics::gauge!("raftlock_shard_hierarchical_locks_held", "shard" => shard)
+            .set(held.held as f64);
+        totals.add(&held);
+    }
+    // Unlabelled: what this node holds over every group it hosts.
+    metrics::gauge!("raftlock_semaphores").set(totals.semaphores as f64);
+    metrics::gauge!("raftlock_semaphore_holds").set(totals.semaphore_holds as f64);
+    metrics::gauge!("raftlock_wait_groups").set(totals.wait_groups as f64);
+    metrics::gauge!("raftlock_barriers").set(totals.barriers as f64);
+    metrics::gauge!("raftlock_project_locks").set(totals.project_locks as f64);
+    metrics::gauge!("raftlock_namespaces").set(totals.namespaces as f64);
+    metrics::gauge!("raftlock_lock_leases").set(totals.leases as f64);
+    metrics::gauge!("raftlock_hierarchical_locks_held").set(totals.held as f64);
+    metrics::gauge!("raftlock_queued_waiters").set(totals.queued as f64);
+}
+
+/// What one group's state holds, for the gauges.
+#[derive(Debug, Default)]
+struct StateTotals {
+    project_locks: usize,
+    namespaces: usize,
+    leases: usize,
+    held: usize,
+    queued: usize,
+    semaphores: usize,
+    semaphore_holds: usize,
+    wait_groups: usize,
+    barriers: usize,
+}
+
+impl StateTotals {
+    fn of(sm: &raftlock_core::StateMachine) -> StateTotals {
         let h = sm.hierarchy();
-        let sems = sm.semaphore_totals();
-        (sm.project_lock_count(), h.totals(), h.waiter_count(), sems)
-    });
-    let (semaphores, _, semaphore_holds, semaphore_waiters) = sems;
-    let queued = queued + semaphore_waiters;
-    metrics::gauge!("raftlock_semaphores").set(semaphores as f64);
-    metrics::gauge!("raftlock_semaphore_holds").set(semaphore_holds as f64);
-    let (wait_groups, _, barriers, _) = node.meta.read_local(|sm, _| sm.coordination_totals());
-    metrics::gauge!("raftlock_wait_groups").set(wait_groups as f64);
-    metrics::gauge!("raftlock_barriers").set(barriers as f64);
-    metrics::gauge!("raftlock_project_locks").set(locks as f64);
-    metrics::gauge!("raftlock_namespaces").set(namespaces as f64);
-    metrics::gauge!("raftlock_lock_leases").set(leases as f64);
-    metrics::gauge!("raftlock_hierarchical_locks_held").set(held as f64);
-    metrics::gauge!("raftlock_queued_waiters").set(queued as f64);
+        let (namespaces, leases, held) = h.totals();
+        let (semaphores, _, semaphore_holds, semaphore_waiters) = sm.semaphore_totals();
+        let (wait_groups, _, barriers, _) = sm.coordination_totals();
+        StateTotals {
+            project_locks: sm.project_lock_count(),
+            namespaces,
+            leases,
+            held,
+            queued: h.waiter_count() + semaphore_waiters,
+            semaphores,
+            semaphore_holds,
+            wait_groups,
+            barriers,
+        }
+    }
+
+    fn add(&mut self, other: &StateTotals) {
+        self.project_locks += other.project_locks;
+        self.namespaces += other.namespaces;
+        self.leases += other.leases;
+        self.held += other.held;
+        self.queued += other.queued;
+        self.semaphores += other.semaphores;
+        self.semaphore_holds += other.semaphore_holds;
+        self.wait_groups += other.wait_groups;
+        self.barriers += other.barriers;
+    }
 }
 
 /// Memory: what the program holds ([`crate::heap::live_bytes`]) and what the process has
