@@ -838,6 +838,44 @@ impl Cluster {
             .ok()
     }
 
+    /// The leader of `group` as node `id` sees it (`/admin/v1/shards`; group 0 is the meta
+    /// group), if it answers and hosts a replica that knows one.
+    pub async fn group_leader(&self, id: u64, group: u64) -> Option<u64> {
+        let resp = self
+            .http
+            .get(self.url(id, "/admin/v1/shards"))
+            .bearer_auth(&self.platform)
+            .send()
+            .await
+            .ok()?;
+        let body: Value = resp.json().await.ok()?;
+        let shards = body["shards"].as_array()?;
+        shards.iter().find(|s| s["id"] == group)?["leader"].as_u64()
+    }
+
+    /// The leader of `group` every running member agrees on (like [`Cluster::wait_for_leader`]
+    /// for the meta group).
+    pub async fn wait_for_group_leader(&self, group: u64, within: Duration) -> Result<u64> {
+        eventually(
+            within,
+            "a group leader all running members agree on",
+            || async {
+                let mut leader = None;
+                for id in self.ids().into_iter().filter(|id| self.is_running(*id)) {
+                    let Some(l) = self.group_leader(id, group).await else {
+                        continue;
+                    };
+                    if leader.is_some_and(|x| x != l) {
+                        return None;
+                    }
+                    leader = Some(l);
+                }
+                leader.filter(|l| self.is_running(*l))
+            },
+        )
+        .await
+    }
+
     /// This node's `/admin/v1/cluster` view, if it answers.
     pub async fn view(&self, id: u64) -> Option<Value> {
         let resp = self

@@ -201,8 +201,19 @@ impl Driver {
         self.cluster.ids()
     }
 
+    /// The group whose leader faults aim at: the project's shard (the meta group without
+    /// shards).
+    fn aimed_group(&self) -> u64 {
+        u64::from(self.cfg.shards > 0)
+    }
+
     async fn leader(&mut self) -> Option<u64> {
-        match self.cluster.wait_for_leader(Duration::from_secs(20)).await {
+        let within = Duration::from_secs(20);
+        let agreed = match self.aimed_group() {
+            0 => self.cluster.wait_for_leader(within).await,
+            group => self.cluster.wait_for_group_leader(group, within).await,
+        };
+        match agreed {
             Ok(l) => Some(l),
             Err(e) => {
                 self.sh
@@ -234,13 +245,16 @@ impl Driver {
     /// Waits until some running node other than `old` reports a leader other than `old`.
     async fn time_failover(&mut self, old: u64, since: Instant, kind: Kind) {
         let c = &self.cluster;
+        let group = self.aimed_group();
         let r = eventually(Duration::from_secs(20), "a new leader", || async {
             for id in c
                 .ids()
                 .into_iter()
                 .filter(|i| *i != old && c.is_running(*i))
             {
-                let l = c.view(id).await?.get("leader")?.as_u64()?;
+                let Some(l) = c.group_leader(id, group).await else {
+                    continue;
+                };
                 if l != old {
                     return Some(());
                 }

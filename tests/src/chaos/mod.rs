@@ -76,6 +76,10 @@ pub struct ChaosConfig {
     /// `--snapshot-logs` of every node: small, so restarts and lagging nodes go through
     /// snapshots (build, compaction, install) many times per run.
     pub snapshot_logs: u64,
+    /// Data shards created on every node before the load (0: the meta group holds the
+    /// project). With shards, the project lives on shard 1, and "the leader" a fault aims at
+    /// is shard 1's.
+    pub shards: u32,
 }
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -114,6 +118,7 @@ impl ChaosConfig {
             lin_workers: 3,
             max_skew_ms: 60_000,
             snapshot_logs: env("CHAOS_SNAPSHOT_LOGS").unwrap_or(500),
+            shards: env("CHAOS_SHARDS").unwrap_or(0),
         }
     }
 }
@@ -152,11 +157,40 @@ pub use coordination::*;
 pub use faults::*;
 use workload::*;
 
+/// Creates `shards` data shards on every node (the largest odd number of them), and waits
+/// until each has a leader; the first project created afterwards lands on shard 1.
+async fn create_shards(cluster: &Cluster, shards: u32) -> Result<()> {
+    let mut members = cluster.ids();
+    if members.len().is_multiple_of(2) {
+        members.pop();
+    }
+    for _ in 0..shards {
+        let r = cluster
+            .admin_post(
+                cluster.ids()[0],
+                "/admin/v1/shards",
+                json!({ "members": members }),
+            )
+            .await?;
+        anyhow::ensure!(
+            r.status().as_u16() == 201,
+            "creating a shard: {}",
+            r.status()
+        );
+    }
+    for shard in 1..=u64::from(shards) {
+        cluster
+            .wait_for_group_leader(shard, Duration::from_secs(20))
+            .await?;
+    }
+    Ok(())
+}
+
 /// Runs the suite and returns its summary (violations inside).
 pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
     println!(
-        "chaos: seed {} (replay with CHAOS_SEED={}), {:?}, {} nodes, ≥{} leader kills",
-        cfg.seed, cfg.seed, cfg.duration, cfg.nodes, cfg.min_leader_kills
+        "chaos: seed {} (replay with CHAOS_SEED={}), {:?}, {} nodes, {} data shards, ≥{} leader kills",
+        cfg.seed, cfg.seed, cfg.duration, cfg.nodes, cfg.shards, cfg.min_leader_kills
     );
     let snapshot_logs = format!("--snapshot-logs={}", cfg.snapshot_logs);
     let skew_dir = tempfile::tempdir()?;
@@ -170,6 +204,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<Summary> {
         .collect::<Result<_>>()?;
     let env = skews.iter().map(|(id, s)| (*id, s.env())).collect();
     let cluster = Cluster::start_behind_proxy_with_env(cfg.nodes, &[&snapshot_logs], env).await?;
+    create_shards(&cluster, cfg.shards).await?;
     let key = cluster.project_key("chaos", "service_role", &[]).await?;
     let r = cluster
         .http
