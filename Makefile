@@ -4,13 +4,14 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md
 #   make bench-core  the criterion benches of raftlock-core
+#   make bench-scaleout  memory per node: one group on 3 nodes vs two data shards on 6
 #   make soak        a fixed-rate mixed load for SOAK_MINUTES (30) at half this machine's
 #                    maximum (probed first), minute by minute
 #   make openapi     regenerate docs/openapi.json from the code (a test fails when it is stale)
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-primitives bench-cost bench-core soak clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-scaleout bench-primitives bench-cost bench-core soak clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -71,6 +72,10 @@ bench:
 
 soak:
 	./crates/raftlock-bench/soak.sh
+
+# Memory per node with data shards: one group on 3 nodes against two shards on 6 nodes.
+bench-scaleout:
+	./crates/raftlock-bench/scaleout.sh
 
 bench-primitives:
 	./crates/raftlock-bench/primitives.sh

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Result;
@@ -30,37 +30,7 @@ use raftlock_api::hierarchy::{
 };
 pub use raftlock_api::{Metadata, Nanos};
 
-/// Paging of a list call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PageRequest {
-    /// 1–100; 0 means 100.
-    pub limit: u32,
-    /// Opaque token from a previous page; empty for the first page.
-    pub pagination_token: String,
-}
-
-/// One page of a list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Page<T> {
-    /// The items.
-    pub items: Vec<T>,
-    /// Token of the next page; empty on the last page.
-    pub next_pagination_token: String,
-    /// Token of the previous page; empty on the first page.
-    pub previous_pagination_token: String,
-}
-
-impl<T> Page<T> {
-    /// The page of a list method's answer.
-    pub(crate) fn of<R: Listing<Item = T>>(response: R) -> Self {
-        let (items, next_pagination_token, previous_pagination_token) = response.into_page();
-        Page {
-            items,
-            next_pagination_token,
-            previous_pagination_token,
-        }
-    }
-}
+pub use crate::paging::{Page, PageRequest};
 
 /// How a call of hierarchical `method` may be repeated, from the method registry: a blocking
 /// acquire once (it waits on the server; its repeat is the same wait under the same request

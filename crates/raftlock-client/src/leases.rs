@@ -10,8 +10,9 @@ use raftlock_api::hierarchy::{
 };
 
 use crate::error::Result;
-use crate::hierarchy::{LockLease, Page, PageRequest};
+use crate::paging::{Page, PageRequest};
 use crate::transport::Client;
+use raftlock_api::hierarchy::LockLease;
 
 /// The method names of one kind of lease.
 #[derive(Debug, Clone, Copy)]

@@ -40,6 +40,7 @@
 //!   are `raftlock-api`'s, re-exported.
 //! - [`semaphores`]: semaphore and semaphore-lease calls (all-or-none weights, FIFO waits,
 //!   a fencing token per hold).
+//! - [`paging`]: [`paging::PageRequest`] and [`paging::Page`], the paging of every list call.
 //! - `leases`: the lease calls both APIs share (the same messages under their own method
 //!   names), written once.
 //! - [`coordination`]: wait-group and barrier calls (report jobs, wait for a group; arrive,
@@ -62,6 +63,7 @@ pub mod hierarchy;
 pub mod keeper;
 mod leases;
 pub mod locks;
+pub mod paging;
 mod rfc3339;
 pub mod semaphores;
 pub mod transport;
