@@ -430,7 +430,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                     }),
                 )
                 .ok(201, "Created.", "Project")
-                .errors(&with(&[409]))
+                .errors(&with(&[404, 409]))
                 .build(),
         ),
         (
