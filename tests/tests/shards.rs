@@ -218,6 +218,32 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         (low_leader, low_term),
         "the other shard saw no election"
     );
+
+    // The killed node comes back with its shard replica (from groups/<id>/): it takes a new
+    // lock of the shard's project through itself, and its replica holds every lock of it.
+    cluster.restart(high_leader)?;
+    let back = Locks::new(&cluster, high_leader, &keys[1].1);
+    let t = token();
+    let after = eventually(
+        Duration::from_secs(10),
+        "the restarted node serves",
+        || async {
+            let r = back.acquire("after-restart", &t, 60).await.ok()?;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await?;
+    assert!(after.fencing() > *fencing, "tokens keep rising");
+    let expected = per_node + 1.0;
+    eventually(
+        Duration::from_secs(10),
+        "the restarted replica catches up",
+        || async {
+            let text = cluster.metrics_text(high_leader).await?;
+            (labelled(&text, "raftlock_shard_project_locks", high)? == expected).then_some(())
+        },
+    )
+    .await?;
     Ok(())
 }
 
