@@ -591,3 +591,104 @@ async fn a_cluster_restored_from_an_old_backup_runs_on_real_time() -> Result<()>
     );
     Ok(())
 }
+
+/// A cluster with a data shard is backed up whole — the meta group and the shard, each from its
+/// leader — and restored into a new cluster with the same shard map: the project on the shard
+/// and the project on the meta group both come back with their locks, tokens and keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_cluster_is_restored_with_its_shards() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("sharded.backup");
+    let (on_meta, on_shard, held);
+    {
+        let cluster = Cluster::start(3).await?;
+        cluster.wait_for_leader(Duration::from_secs(10)).await?;
+        on_meta = cluster.project_key("before", "service_role", &[]).await?;
+        let r = cluster
+            .admin_post(1, "/admin/v1/shards", json!({ "members": [1, 2, 3] }))
+            .await?;
+        assert_eq!(r.status().as_u16(), 201);
+        cluster
+            .wait_for_group_leader(1, Duration::from_secs(10))
+            .await?;
+        on_shard = cluster.project_key("after", "service_role", &[]).await?;
+        let mut kept = Vec::new();
+        for key in [&on_meta, &on_shard] {
+            let got = Locks::new(&cluster, 2, key)
+                .acquire("kept", &token(), 300)
+                .await?;
+            assert_eq!(got.status, 200, "{got:?}");
+            kept.push(got.fencing());
+        }
+        held = kept;
+        let saved = cli(&[
+            "snapshot",
+            "save",
+            file.to_str().unwrap(),
+            "--endpoints",
+            &endpoints(&cluster),
+            "--platform-token",
+            &cluster.platform,
+            "--json",
+        ])?;
+        let saved: Value = serde_json::from_str(&saved)?;
+        assert_eq!(saved["format"], 2, "{saved}");
+    }
+    let inspected: Value = serde_json::from_str(&cli(&[
+        "snapshot",
+        "inspect",
+        file.to_str().unwrap(),
+        "--json",
+    ])?)?;
+    assert_eq!(inspected["counts"]["project_locks"], 1, "{inspected}");
+    assert_eq!(inspected["shards"][0]["id"], 1, "{inspected}");
+    assert_eq!(
+        inspected["shards"][0]["counts"]["project_locks"], 1,
+        "{inspected}"
+    );
+
+    let cluster = Cluster::start_prepared(3, &restorer(&file)).await?;
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    cluster
+        .wait_for_group_leader(1, Duration::from_secs(10))
+        .await?;
+    for (id, data) in cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, cluster.data_dir(id)))
+    {
+        assert!(data.join("groups/1").is_dir(), "node {id} restored shard 1");
+    }
+    for (key, fencing) in [(&on_meta, held[0]), (&on_shard, held[1])] {
+        let locks = Locks::new(&cluster, 3, key);
+        let read = eventually(Duration::from_secs(10), "the lock is read", || async {
+            let r = locks.read("kept").await.ok()?;
+            (r.status == 200).then_some(r)
+        })
+        .await?;
+        assert_eq!(read.body["held"], true, "{read:?}");
+        assert_eq!(read.body["fencing_token"].as_u64(), Some(fencing), "kept");
+        let fresh = locks.acquire("fresh", &token(), 30).await?;
+        assert_eq!(fresh.status, 200, "{fresh:?}");
+        assert!(fresh.fencing() > fencing, "tokens moved past the backup's");
+    }
+    let shards: Value = cluster
+        .http
+        .get(cluster.url(1, "/admin/v1/shards"))
+        .bearer_auth(&cluster.platform)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        shards["shards"][1]["projects"],
+        json!(["after"]),
+        "{shards}"
+    );
+    assert_eq!(
+        shards["shards"][0]["projects"],
+        json!(["before"]),
+        "{shards}"
+    );
+    Ok(())
+}

@@ -1,10 +1,13 @@
 //! Backups: the replicated state at one applied (hence committed) index in one file, and the
 //! data directories of a new cluster prepared from it.
 //!
-//! File layout: `RLBACKUP` (8 bytes), then two checksummed frames ([`codec::frame`]): the
-//! [`BackupHeader`] and the state exactly as a snapshot holds it ([`STATE_FORMAT`]-prefixed
-//! [`SmData`]). A flipped bit anywhere fails the frame checksum; a file of another format is
-//! refused by number.
+//! File layout: `RLBACKUP` (8 bytes), then checksummed frames ([`codec::frame`]): the
+//! [`BackupHeader`], the meta group's state exactly as a snapshot holds it
+//! ([`STATE_FORMAT`]-prefixed [`SmData`]), and — format 2 — one [`GroupBackup`] frame per data
+//! shard, each the shard's state at an index its leader had applied when asked (each group is
+//! consistent on its own; no operation spans two groups, so no cut across them is needed). A
+//! flipped bit anywhere fails the frame checksum; a file of another format is refused by
+//! number; format 1 (before shards) is read as a backup with no data shard.
 //!
 //! Restore writes, into an empty data directory, a snapshot file of the backed-up state with
 //! the new cluster's membership, and the new cluster's id. Nothing else: on start the node
@@ -44,12 +47,14 @@ use crate::identity::ClusterIdentity;
 use crate::state_machine::{
     decode_state, encode_state, SmData, StoredSnapshot, SNAPSHOT_FILE, SNAPSHOT_MAGIC, STATE_FORMAT,
 };
-use crate::typ::{LogId, NodeId, SnapshotMeta, StoredMembership};
+use crate::typ::{GroupId, LogId, NodeId, SnapshotMeta, StoredMembership};
 
 /// First bytes of a backup file.
 pub const BACKUP_MAGIC: &[u8; 8] = b"RLBACKUP";
 /// Layout version of the backup file (not of the state inside, which has its own).
-pub const BACKUP_FORMAT: u32 = 1;
+pub const BACKUP_FORMAT: u32 = 2;
+/// The layout of the release before shards: the meta group's state only.
+pub const BACKUP_FORMAT_V1: u32 = 1;
 /// Fastest rate at which any cluster could hand out fencing tokens, with a wide margin
 /// (measured clusters commit ~10^4 writes per second).
 pub const MAX_TOKENS_PER_SECOND: u64 = 1_000_000;
@@ -161,9 +166,41 @@ pub enum BackupError {
     Restore(String),
 }
 
+/// One data shard's state in a backup.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupBackup {
+    /// The shard's group id.
+    pub group: GroupId,
+    /// Its state, encoded as a snapshot holds it ([`STATE_FORMAT`]-prefixed).
+    pub state: Vec<u8>,
+}
+
+impl GroupBackup {
+    /// A shard's state, encoded for a backup (and for the node that asked for it).
+    pub fn new(group: GroupId, state: &SmData) -> Result<GroupBackup, BackupError> {
+        let state = encode_state(state).map_err(|e| BackupError::State(e.to_string()))?;
+        Ok(GroupBackup { group, state })
+    }
+
+    /// The shard's state.
+    pub fn decode(&self) -> Result<SmData, BackupError> {
+        decode_state(&self.state).map_err(|e| BackupError::State(e.to_string()))
+    }
+}
+
 /// Encodes a backup of `state` (taken at wall-clock `taken_at_ms` by cluster `cluster_id`).
 pub fn write(
     state: &SmData,
+    cluster_id: Option<Uuid>,
+    taken_at_ms: i64,
+) -> Result<Vec<u8>, BackupError> {
+    write_with_shards(state, &[], cluster_id, taken_at_ms)
+}
+
+/// Encodes a backup of the meta group's `state` and every data shard's (`shards`).
+pub fn write_with_shards(
+    state: &SmData,
+    shards: &[GroupBackup],
     cluster_id: Option<Uuid>,
     taken_at_ms: i64,
 ) -> Result<Vec<u8>, BackupError> {
@@ -181,6 +218,10 @@ pub fn write(
     out.extend_from_slice(BACKUP_MAGIC);
     out.extend_from_slice(&codec::frame(&header));
     out.extend_from_slice(&codec::frame(&body));
+    for shard in shards {
+        let shard = codec::encode(shard).map_err(|e| BackupError::State(e.to_string()))?;
+        out.extend_from_slice(&codec::frame(&shard));
+    }
     Ok(out)
 }
 
@@ -189,15 +230,28 @@ pub fn read_header(bytes: &[u8]) -> Result<BackupHeader, BackupError> {
     Ok(frames(bytes)?.0)
 }
 
-/// Reads a backup: its header and the state, checking every checksum and format.
+/// Reads a backup: its header and the meta group's state, checking every checksum and format.
 pub fn read(bytes: &[u8]) -> Result<(BackupHeader, SmData), BackupError> {
-    let (header, body) = frames(bytes)?;
-    let state = decode_state(body).map_err(|e| BackupError::State(e.to_string()))?;
-    check_matches(&header, &state)?;
+    let (header, state, _) = read_all(bytes)?;
     Ok((header, state))
 }
 
-fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8]), BackupError> {
+/// Reads a backup: its header, the meta group's state and every data shard's.
+pub fn read_all(bytes: &[u8]) -> Result<(BackupHeader, SmData, Vec<GroupBackup>), BackupError> {
+    let (header, body, shards) = frames(bytes)?;
+    let state = decode_state(body).map_err(|e| BackupError::State(e.to_string()))?;
+    check_matches(&header, &state)?;
+    let listed: BTreeSet<GroupId> = state.machine.shards().iter().map(|(id, _)| id).collect();
+    let carried: BTreeSet<GroupId> = shards.iter().map(|s| s.group).collect();
+    if listed != carried || carried.len() != shards.len() {
+        return Err(BackupError::Damaged(format!(
+            "the shard map lists shards {listed:?}, the file carries {carried:?}"
+        )));
+    }
+    Ok((header, state, shards))
+}
+
+fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8], Vec<GroupBackup>), BackupError> {
     let rest = bytes
         .strip_prefix(BACKUP_MAGIC.as_slice())
         .ok_or(BackupError::NotABackup)?;
@@ -210,16 +264,24 @@ fn frames(bytes: &[u8]) -> Result<(BackupHeader, &[u8]), BackupError> {
     // The format number leads the header, so an unknown layout is named, not "damaged".
     let format: u32 =
         codec::decode(header).map_err(|e| BackupError::Damaged(format!("header: {e}")))?;
-    if format != BACKUP_FORMAT {
+    if format != BACKUP_FORMAT && format != BACKUP_FORMAT_V1 {
         return Err(BackupError::UnknownFormat(format));
     }
     let header: BackupHeader =
         codec::decode(header).map_err(|e| BackupError::Damaged(format!("header: {e}")))?;
-    let (body, end) = frame(next)?;
-    if end != rest.len() {
-        return Err(BackupError::Damaged("bytes after the state".into()));
+    let (body, mut at) = frame(next)?;
+    let mut shards = Vec::new();
+    while at != rest.len() {
+        if format == BACKUP_FORMAT_V1 {
+            return Err(BackupError::Damaged("bytes after the state".into()));
+        }
+        let (shard, next) = frame(at)?;
+        let shard: GroupBackup =
+            codec::decode(shard).map_err(|e| BackupError::Damaged(format!("shard: {e}")))?;
+        shards.push(shard);
+        at = next;
     }
-    Ok((header, body))
+    Ok((header, body, shards))
 }
 
 /// The fencing-token skip of `restore` into the cluster `cluster_id`
@@ -303,22 +365,87 @@ pub struct Restored {
 pub fn restore_into(
     dir: &Path,
     header: &BackupHeader,
-    mut state: SmData,
+    state: SmData,
     node_id: NodeId,
     peers: &BTreeMap<NodeId, String>,
     restore: &RestoreId,
 ) -> Result<Restored, BackupError> {
     let cluster_id = restored_cluster_id(header, peers, restore);
     let skip = fencing_skip(header, restore, &cluster_id)?;
-    let fail = |e: &dyn std::fmt::Display| BackupError::Restore(format!("{}: {e}", dir.display()));
     if !peers.contains_key(&node_id) {
         return Err(BackupError::Restore(format!(
             "--peers does not list node {node_id}"
         )));
     }
+    let index = header.last_applied.map_or(0, |id| id.index);
+    let voters = (peers.iter())
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    let new = NewGroup {
+        cluster_id,
+        skip,
+        index,
+        voters,
+    };
+    prepare(dir, state, &new, restore)
+}
+
+/// Prepares the empty directory `dir` as this node's replica of data shard `shard` of
+/// `restore` (`groups/<id>/` of a data directory [`restore_into`] made): the shard's state
+/// with its tokens moved as the meta group's are and its time moved to the restore's moment,
+/// voted by `members` at their `peers` addresses. Like [`restore_into`], a function of its
+/// arguments only.
+pub fn restore_shard_into(
+    dir: &Path,
+    header: &BackupHeader,
+    shard: &GroupBackup,
+    members: &BTreeSet<NodeId>,
+    peers: &BTreeMap<NodeId, String>,
+    restore: &RestoreId,
+) -> Result<Restored, BackupError> {
+    let cluster_id = restored_cluster_id(header, peers, restore);
+    let skip = fencing_skip(header, restore, &cluster_id)?;
+    let state = shard.decode()?;
+    let voters = (members.iter())
+        .map(|id| match peers.get(id) {
+            Some(addr) => Ok((*id, BasicNode::new(addr))),
+            None => Err(BackupError::Restore(format!(
+                "shard {} lives on node {id}, which --peers does not list",
+                shard.group
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    let index = state.last_applied.map_or(0, |id| id.index);
+    let new = NewGroup {
+        cluster_id,
+        skip,
+        index,
+        voters,
+    };
+    prepare(dir, state, &new, restore)
+}
+
+/// What a restored group starts from, besides its state.
+struct NewGroup {
+    cluster_id: Uuid,
+    skip: u64,
+    /// The index of its snapshot (the backed-up state's last applied entry).
+    index: u64,
+    voters: BTreeMap<NodeId, BasicNode>,
+}
+
+/// Writes `state`, moved for `restore`, into the empty directory `dir` as a snapshot of
+/// `new`'s membership, with the new cluster id.
+fn prepare(
+    dir: &Path,
+    mut state: SmData,
+    new: &NewGroup,
+    restore: &RestoreId,
+) -> Result<Restored, BackupError> {
+    let fail = |e: &dyn std::fmt::Display| BackupError::Restore(format!("{}: {e}", dir.display()));
     let next_fencing_token = state
         .machine
-        .skip_fencing_tokens(skip)
+        .skip_fencing_tokens(new.skip)
         .map_err(|e| fail(&e))?;
     // Time starts from the restore's moment, not the backup's: a tick at that time, as the
     // first entry after the restore would be (it reaps what expired meanwhile). Never back.
@@ -352,14 +479,12 @@ pub fn restore_into(
         std::fs::remove_dir_all(&staging).map_err(|e| fail(&e))?;
     }
     std::fs::create_dir_all(&staging).map_err(|e| fail(&e))?;
-    let index = header.last_applied.map_or(0, |id| id.index);
-    let log_id = LogId::new(CommittedLeaderId::new(0, 0), index);
-    let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
-    let nodes: BTreeMap<NodeId, BasicNode> = peers
-        .iter()
-        .map(|(id, addr)| (*id, BasicNode::new(addr)))
-        .collect();
-    let membership = StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes));
+    let log_id = LogId::new(CommittedLeaderId::new(0, 0), new.index);
+    let voter_ids: BTreeSet<NodeId> = new.voters.keys().copied().collect();
+    let membership = StoredMembership::new(
+        Some(log_id),
+        Membership::new(vec![voter_ids], new.voters.clone()),
+    );
     state.last_applied = Some(log_id);
     state.last_membership = membership.clone();
     let data = encode_state(&state).map_err(|e| fail(&e))?;
@@ -367,14 +492,14 @@ pub fn restore_into(
         meta: SnapshotMeta {
             last_log_id: Some(log_id),
             last_membership: membership,
-            snapshot_id: format!("restored-{index}"),
+            snapshot_id: format!("restored-{}", new.index),
         },
         data,
     };
     let os_dir: Arc<dyn Dir> = Arc::new(OsDir::open(&staging).map_err(|e| fail(&e))?);
     checked_file::save(&*os_dir, SNAPSHOT_FILE, SNAPSHOT_MAGIC, &snapshot).map_err(|e| fail(&e))?;
     ClusterIdentity::open_in(os_dir)
-        .and_then(|identity| identity.set_new(cluster_id))
+        .and_then(|identity| identity.set_new(new.cluster_id))
         .map_err(|e| fail(&e))?;
     std::fs::rename(&staging, dir).map_err(|e| fail(&e))?;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -383,8 +508,8 @@ pub fn restore_into(
             .map_err(|e| fail(&e))?;
     }
     Ok(Restored {
-        cluster_id,
-        fencing_skip: skip,
+        cluster_id: new.cluster_id,
+        fencing_skip: new.skip,
         next_fencing_token,
         state_time,
     })
@@ -420,6 +545,49 @@ mod tests {
             last_membership: StoredMembership::default(),
             machine,
         }
+    }
+
+    #[test]
+    fn a_format_1_backup_is_read_as_one_without_shards() {
+        let state = sample();
+        let (mut header, _) = read(&write(&state, None, 1_000).unwrap()).unwrap();
+        header.format = BACKUP_FORMAT_V1;
+        let mut v1 = BACKUP_MAGIC.to_vec();
+        v1.extend_from_slice(&codec::frame(&codec::encode(&header).unwrap()));
+        v1.extend_from_slice(&codec::frame(&encode_state(&state).unwrap()));
+        let (read_header, read_state, shards) = read_all(&v1).unwrap();
+        assert_eq!(read_header.format, 1);
+        assert_eq!(read_state.machine, state.machine);
+        assert!(shards.is_empty());
+        let mut trailing = v1.clone();
+        trailing.extend_from_slice(&codec::frame(b"more"));
+        assert!(matches!(read_all(&trailing), Err(BackupError::Damaged(_))));
+    }
+
+    #[test]
+    fn shards_travel_with_the_meta_group_and_must_match_its_map() {
+        let mut meta = sample();
+        let shard = GroupBackup::new(1, &sample()).unwrap();
+        // The map lists no shard: a file carrying one is two backups spliced together.
+        let spliced = write_with_shards(&meta, std::slice::from_ref(&shard), None, 1_000).unwrap();
+        assert!(matches!(read_all(&spliced), Err(BackupError::Damaged(_))));
+        meta.machine.apply(&Command {
+            stamp: 1_700_000_000_000_000_001,
+            ops: vec![Op::CreateShard {
+                members: [1, 2, 3].into(),
+            }],
+        });
+        let whole = write_with_shards(&meta, &[shard], None, 1_000).unwrap();
+        let (header, state, shards) = read_all(&whole).unwrap();
+        assert_eq!(header.format, BACKUP_FORMAT);
+        assert_eq!(state.machine, meta.machine);
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].decode().unwrap().machine, sample().machine);
+        let missing = write_with_shards(&meta, &[], None, 1_000).unwrap();
+        assert!(
+            matches!(read_all(&missing), Err(BackupError::Damaged(_))),
+            "a shard left out"
+        );
     }
 
     #[test]

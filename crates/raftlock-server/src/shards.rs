@@ -13,11 +13,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use openraft::BasicNode;
+use raftlock_raft::backup::GroupBackup;
 use raftlock_raft::GroupId;
 
 use crate::group::Group;
-use crate::node::SharedNode;
+use crate::http::auth;
+use crate::node::{SharedNode, Unavailable};
+
+/// Internal route answering a shard's state to the node taking a backup (cluster secret).
+pub const STATE_PATH: &str = "/internal/groups/{id}/state";
+/// How long a backup waits for one shard's state.
+const STATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the keeper looks again when the meta group applied nothing (a shard whose first
 /// start failed is tried again this often).
@@ -105,4 +115,66 @@ fn addresses(
             Ok((*id, addr.clone()))
         })
         .collect()
+}
+
+/// `GET /internal/groups/{id}/state`: this node's state of shard `id`, at an index it applied
+/// while it led the shard (leadership confirmed with a quorum first, as for a linearizable
+/// read), encoded as a snapshot holds it; 503 from a node that does not lead it.
+pub async fn answer_state(
+    State(node): State<SharedNode>,
+    Path(id): Path<GroupId>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refusal) = auth::admit_peer(&node, &headers) {
+        return refusal.into_response();
+    }
+    match leader_state(&node, id).await {
+        Ok(Some(shard)) => shard.state.into_response(),
+        Ok(None) => (StatusCode::SERVICE_UNAVAILABLE, "not this shard's leader").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+/// Shard `id`'s state if this node leads it (`None` otherwise).
+async fn leader_state(node: &SharedNode, id: GroupId) -> Result<Option<GroupBackup>, Unavailable> {
+    let Some(group) = node.group(id).filter(|g| g.is_leader()) else {
+        return Ok(None);
+    };
+    group.linearizable(|_, _| ()).await?;
+    let state = group.state_copy();
+    let encoded = tokio::task::spawn_blocking(move || GroupBackup::new(id, &state)).await;
+    match encoded {
+        Ok(Ok(shard)) => Ok(Some(shard)),
+        Ok(Err(e)) => Err(Unavailable::new(e.to_string())),
+        Err(e) => Err(Unavailable::new(e.to_string())),
+    }
+}
+
+/// Shard `id`'s state for a backup: from this node if it leads the shard, else from whichever
+/// member answers as its leader.
+pub async fn state_for_backup(node: &SharedNode, id: GroupId) -> Result<GroupBackup, Unavailable> {
+    if let Some(shard) = leader_state(node, id).await? {
+        return Ok(shard);
+    }
+    let path = STATE_PATH.replace("{id}", &id.to_string());
+    for (_, addr) in node.shard_members(id) {
+        let asked = node
+            .peer_request(reqwest::Method::GET, &node.peer_url(&addr, &path))
+            .timeout(STATE_TIMEOUT)
+            .send()
+            .await;
+        let Ok(answer) = asked else { continue };
+        if !answer.status().is_success() {
+            continue;
+        }
+        if let Ok(state) = answer.bytes().await {
+            return Ok(GroupBackup {
+                group: id,
+                state: state.to_vec(),
+            });
+        }
+    }
+    Err(Unavailable::new(format!(
+        "no leader of shard {id} answered for the backup"
+    )))
 }

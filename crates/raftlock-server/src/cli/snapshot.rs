@@ -125,12 +125,31 @@ fn header_json(h: &BackupHeader, bytes: usize) -> serde_json::Value {
 
 fn inspect(conn: &Conn, file: &Path) -> CmdResult {
     let bytes = read_file(file)?;
-    let (header, state) =
-        backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
+    let (header, state, shards) =
+        backup::read_all(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
     let summary = state.machine.summary();
     let mut doc = header_json(&header, bytes.len());
     doc["counts"] = serde_json::to_value(summary).unwrap_or_default();
+    // Each data shard's counts, as for the meta group.
+    let mut per_shard = Vec::new();
+    for shard in &shards {
+        let state = shard.decode().map_err(|e| {
+            Failure::error(format!("{}: shard {}: {e}", file.display(), shard.group))
+        })?;
+        let counts = serde_json::to_value(state.machine.summary()).unwrap_or_default();
+        per_shard.push(json!({ "id": shard.group, "counts": counts }));
+    }
+    doc["shards"] = json!(per_shard);
     conn.emit(&doc, || {
+        let shard_lines: String = (per_shard.iter())
+            .map(|s| {
+                let c = &s["counts"];
+                format!(
+                    "\n  shard {}: project locks {}, held hierarchical locks {}, semaphores {}",
+                    s["id"], c["project_locks"], c["held_locks"], c["semaphores"]
+                )
+            })
+            .collect();
         format!(
             "backup {}\n  format {} (state format {}), {} bytes\n  cluster {}\n  index {}, taken at {} ms\n  projects {}, keys {}, project locks {}, next fencing token {}\n  namespaces {}, leases {}, held hierarchical locks {}, waiters {}\n  semaphores {} ({} holds, next fencing token {}), wait groups {}, barriers {}",
             file.display(),
@@ -153,7 +172,7 @@ fn inspect(conn: &Conn, file: &Path) -> CmdResult {
             summary.next_semaphore_fencing_token,
             summary.wait_groups,
             summary.barriers,
-        )
+        ) + &shard_lines
     });
     Ok(0)
 }
@@ -179,10 +198,22 @@ fn restore(
         None => RestoreId::mint(),
     };
     let bytes = read_file(file)?;
-    let (header, state) =
-        backup::read(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
+    let (header, state, shards) =
+        backup::read_all(&bytes).map_err(|e| Failure::error(format!("{}: {e}", file.display())))?;
+    // The shards this node is a member of, each into groups/<id>/ after the meta group.
+    let mine: Vec<_> = (shards.iter())
+        .filter_map(|shard| {
+            let members = &state.machine.shards().get(shard.group)?.members;
+            members.contains(&node_id).then(|| (shard, members.clone()))
+        })
+        .collect();
     let restored = backup::restore_into(dir, &header, state, node_id, &peers, &restore)
         .map_err(|e| Failure::error(e.to_string()))?;
+    for (shard, members) in &mine {
+        let shard_dir = crate::shards::group_dir(dir, shard.group);
+        backup::restore_shard_into(&shard_dir, &header, shard, members, &peers, &restore)
+            .map_err(|e| Failure::error(e.to_string()))?;
+    }
     let (id, skip) = (restored.cluster_id, restored.fencing_skip);
     let others = if restore_id.is_none() {
         format!(
@@ -203,6 +234,7 @@ fn restore(
             "state_time_ns": restored.state_time,
             "fencing_tokens_skipped": skip,
             "next_fencing_token": restored.next_fencing_token,
+            "shards": mine.iter().map(|(shard, _)| shard.group).collect::<Vec<_>>(),
         }),
         || {
             format!(

@@ -79,7 +79,8 @@ pub fn router(node: SharedNode) -> Router {
         .route(
             crate::election::ALIVE_PATH,
             axum::routing::post(crate::election::answer_alive),
-        );
+        )
+        .route(crate::shards::STATE_PATH, get(crate::shards::answer_state));
     let internal = raftlock_raft::internal_router(
         node.peer_groups.clone(),
         node.config.cluster_secret.clone(),

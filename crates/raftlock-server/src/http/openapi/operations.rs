@@ -614,7 +614,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                 "The backup file (`raftlock snapshot restore` reads it).",
                 "application/octet-stream",
             )
-            .errors(&[401, 403, 409, 503])
+            .errors(&[401, 403, 503])
             .build(),
         ),
     ]
