@@ -144,6 +144,29 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         Some(per_node)
     );
 
+    // `raftlock cluster status`, asked of node 1, shows every shard's leader: node 1 hosts no
+    // replica of the high shard, its members tell.
+    let status = std::process::Command::new(raftlock_tests::binary())
+        .args([
+            "cluster",
+            "status",
+            "--json",
+            "--endpoints",
+            &cluster.addr(1),
+        ])
+        .args(["--platform-token", &cluster.platform])
+        .output()?;
+    let status: Value = serde_json::from_slice(&status.stdout)
+        .with_context(|| String::from_utf8_lossy(&status.stderr).into_owned())?;
+    for shard in [low, high] {
+        let listed = &status["shards"][shard as usize];
+        assert_eq!(listed["id"], shard, "{status}");
+        assert!(
+            listed["leader"].as_u64().is_some(),
+            "shard {shard}: {status}"
+        );
+    }
+
     // The hierarchical API through a node outside the project's shard.
     let rpc = Locks::new(&cluster, 1, &keys[1].1);
     let ns = rpc

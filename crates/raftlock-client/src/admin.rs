@@ -42,6 +42,9 @@ pub struct ClusterStatus {
     pub term: u64,
     /// Every member.
     pub nodes: Vec<NodeStatus>,
+    /// The meta group (id 0) and every data shard, each with the leader and term the members
+    /// hosting it report (the highest term wins).
+    pub shards: Vec<Shard>,
 }
 
 impl Client {
@@ -194,6 +197,7 @@ impl Client {
             }
         });
         let nodes = futures::future::join_all(probes).await;
+        let shards = self.merged_shards(&first.members).await;
         let term = nodes
             .iter()
             .filter_map(|n| n.view.as_ref().map(|v| v.term))
@@ -204,7 +208,32 @@ impl Client {
             leader: first.leader,
             term,
             nodes,
+            shards,
         })
+    }
+
+    /// Every member's list of shards, merged: members and projects from the first answer,
+    /// leader and term from the member hosting each group with the highest term.
+    async fn merged_shards(&self, members: &[Member]) -> Vec<Shard> {
+        let asks = members.iter().map(|m| async move {
+            let url = self.url_of(&m.addr);
+            let answer = self.send_to(&url, Call::new(Method::GET, "/admin/v1/shards"));
+            let list: Option<ShardList> = answer.await.ok()?.decode().ok();
+            list.map(|l| l.shards)
+        });
+        let lists: Vec<Vec<Shard>> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut merged: Vec<Shard> = lists.first().cloned().unwrap_or_default();
+        for shard in &mut merged {
+            let seen = lists.iter().flatten().filter(|s| s.id == shard.id);
+            if let Some(best) = seen.filter(|s| s.term.is_some()).max_by_key(|s| s.term) {
+                (shard.leader, shard.term) = (best.leader, best.term);
+            }
+        }
+        merged
     }
 
     /// `POST /admin/v1/cluster/learners`: adds a learner and waits for it to catch up.

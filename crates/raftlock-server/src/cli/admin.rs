@@ -145,6 +145,32 @@ fn show_project(p: &Project) -> String {
     s
 }
 
+/// The data shards under `cluster status` (nothing for a cluster without one).
+fn shard_table(shards: &[raftlock_client::admin::Shard]) -> String {
+    if shards.len() <= 1 {
+        return String::new();
+    }
+    format!("\n\n{}", shard_rows(shards))
+}
+
+/// Shards as a table: id, members, leader, term, projects.
+fn shard_rows(shards: &[raftlock_client::admin::Shard]) -> String {
+    let known = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let rows: Vec<Vec<String>> = (shards.iter())
+        .map(|s| {
+            let members: Vec<String> = s.members.iter().map(u64::to_string).collect();
+            vec![
+                s.id.to_string(),
+                members.join(","),
+                known(s.leader),
+                known(s.term),
+                s.projects.len().to_string(),
+            ]
+        })
+        .collect();
+    table(&["SHARD", "MEMBERS", "LEADER", "TERM", "PROJECTS"], &rows)
+}
+
 fn kind_name(k: KeyKind) -> &'static str {
     match k {
         KeyKind::ServiceRole => "service_role",
@@ -169,22 +195,7 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
         }
         AdminCmd::Shard(ShardCmd::List) => {
             let shards = client.list_shards().await?;
-            conn.emit(&shards, || {
-                let known = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-                let rows: Vec<Vec<String>> = (shards.iter())
-                    .map(|s| {
-                        let members: Vec<String> = s.members.iter().map(u64::to_string).collect();
-                        vec![
-                            s.id.to_string(),
-                            members.join(","),
-                            known(s.leader),
-                            known(s.term),
-                            s.projects.len().to_string(),
-                        ]
-                    })
-                    .collect();
-                table(&["SHARD", "MEMBERS", "LEADER", "TERM", "PROJECTS"], &rows)
-            });
+            conn.emit(&shards, || shard_rows(&shards));
         }
         AdminCmd::Project(ProjectCmd::List) => {
             let ps = client.list_projects().await?;
@@ -298,7 +309,7 @@ pub async fn cluster(args: ClusterArgs) -> CmdResult {
                     })
                     .collect();
                 format!(
-                    "leader: {leader}   term: {}   members: {}\n\n{}",
+                    "leader: {leader}   term: {}   members: {}\n\n{}{}",
                     status.term,
                     status.nodes.len(),
                     table(
@@ -307,7 +318,8 @@ pub async fn cluster(args: ClusterArgs) -> CmdResult {
                             "HEALTHZ", "READYZ"
                         ],
                         &rows
-                    )
+                    ),
+                    shard_table(&status.shards)
                 )
             });
         }
