@@ -370,8 +370,6 @@ pub fn restore_into(
     peers: &BTreeMap<NodeId, String>,
     restore: &RestoreId,
 ) -> Result<Restored, BackupError> {
-    let cluster_id = restored_cluster_id(header, peers, restore);
-    let skip = fencing_skip(header, restore, &cluster_id)?;
     if !peers.contains_key(&node_id) {
         return Err(BackupError::Restore(format!(
             "--peers does not list node {node_id}"
@@ -381,12 +379,7 @@ pub fn restore_into(
     let voters = (peers.iter())
         .map(|(id, addr)| (*id, BasicNode::new(addr)))
         .collect();
-    let new = NewGroup {
-        cluster_id,
-        skip,
-        index,
-        voters,
-    };
+    let new = NewGroup::of(header, peers, restore, index, voters)?;
     prepare(dir, state, &new, restore)
 }
 
@@ -403,8 +396,6 @@ pub fn restore_shard_into(
     peers: &BTreeMap<NodeId, String>,
     restore: &RestoreId,
 ) -> Result<Restored, BackupError> {
-    let cluster_id = restored_cluster_id(header, peers, restore);
-    let skip = fencing_skip(header, restore, &cluster_id)?;
     let state = shard.decode()?;
     let voters = (members.iter())
         .map(|id| match peers.get(id) {
@@ -416,12 +407,7 @@ pub fn restore_shard_into(
         })
         .collect::<Result<_, _>>()?;
     let index = state.last_applied.map_or(0, |id| id.index);
-    let new = NewGroup {
-        cluster_id,
-        skip,
-        index,
-        voters,
-    };
+    let new = NewGroup::of(header, peers, restore, index, voters)?;
     prepare(dir, state, &new, restore)
 }
 
@@ -432,6 +418,27 @@ struct NewGroup {
     /// The index of its snapshot (the backed-up state's last applied entry).
     index: u64,
     voters: BTreeMap<NodeId, BasicNode>,
+}
+
+impl NewGroup {
+    /// A group of the cluster `restore` makes from `header` with `peers`: every group of it
+    /// gets the same cluster id and token skip.
+    fn of(
+        header: &BackupHeader,
+        peers: &BTreeMap<NodeId, String>,
+        restore: &RestoreId,
+        index: u64,
+        voters: BTreeMap<NodeId, BasicNode>,
+    ) -> Result<NewGroup, BackupError> {
+        let cluster_id = restored_cluster_id(header, peers, restore);
+        let skip = fencing_skip(header, restore, &cluster_id)?;
+        Ok(NewGroup {
+            cluster_id,
+            skip,
+            index,
+            voters,
+        })
+    }
 }
 
 /// Writes `state`, moved for `restore`, into the empty directory `dir` as a snapshot of
