@@ -80,9 +80,13 @@ impl Route {
             .map_or(raftlock_raft::META_GROUP, |project| node.shard_of(&project));
         match node.group(shard) {
             Some(group) => Route::Hosted(group),
-            None => Route::Remote {
-                members: node.shard_members(shard),
-            },
+            None => {
+                // A member whose replica is not started yet (the shard was just created)
+                // sends the call to the others rather than to itself.
+                let mut members = node.shard_members(shard);
+                members.retain(|(id, _)| *id != node.config.node_id);
+                Route::Remote { members }
+            }
         }
     }
 
