@@ -225,12 +225,17 @@ async fn slow_bodies_are_shed_and_a_normal_client_is_served() -> Result<()> {
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
     let head = "POST /locks/slow/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rlk_fake_secret\r\nX-Volcano-Lock-Token: 4f83efc2-8fe7-42e8-8347-43493dc5bd8f\r\nContent-Length: 1000\r\n\r\n{";
-    // Then the eight slow bodies hold every client slot of the node.
-    wait_for_idle_connections(&cluster).await?;
+    // Then the eight slow bodies hold every client slot of the node. The first is the
+    // connection on which the node said it had no other open (a separate connection that
+    // measured would still be counted for a moment after it closed, and take a slot).
+    let mut first = Some(sole_connection(&cluster).await?);
     let started = std::time::Instant::now();
     let mut slow = Vec::new();
     for _ in 0..8 {
-        let mut s = tokio::net::TcpStream::connect(cluster.addr(1)).await?;
+        let mut s = match first.take() {
+            Some(s) => s,
+            None => tokio::net::TcpStream::connect(cluster.addr(1)).await?,
+        };
         s.write_all(head.as_bytes()).await?;
         slow.push(tokio::spawn(async move {
             let mut buf = [0u8; 1024];
@@ -440,6 +445,51 @@ async fn peer_connections_take_no_client_slot() -> Result<()> {
 
 /// Waits until the harness's own keep-alive connections to node 1 have idled out (after the
 /// header-read timeout), so a test's connections are the only ones.
+/// A connection to node 1 on which the node reports it as its only open client connection
+/// (`/metrics` read on it, kept alive), for the caller to go on using.
+async fn sole_connection(cluster: &Cluster) -> Result<tokio::net::TcpStream> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let addr = cluster.addr(1);
+    let open_on = |addr: String| async move {
+        let s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+        let mut s = BufReader::new(s);
+        s.get_mut()
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .ok()?;
+        let mut length = None;
+        loop {
+            let mut line = String::new();
+            s.read_line(&mut line).await.ok()?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse::<usize>().ok();
+                }
+            }
+        }
+        let mut body = vec![0u8; length?];
+        s.read_exact(&mut body).await.ok()?;
+        let open = String::from_utf8_lossy(&body)
+            .lines()
+            .find_map(|l| l.strip_prefix("raftlock_http_connections "))?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        // Nothing else is buffered: the stream is handed over between exchanges.
+        (open <= 1.0 && s.buffer().is_empty()).then(|| s.into_inner())
+    };
+    raftlock_tests::eventually(
+        Duration::from_secs(20),
+        "a connection the node reports as its only one",
+        || open_on(addr.clone()),
+    )
+    .await
+}
+
 async fn wait_for_idle_connections(cluster: &Cluster) -> Result<()> {
     raftlock_tests::eventually(
         Duration::from_secs(20),
