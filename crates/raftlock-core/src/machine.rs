@@ -611,6 +611,12 @@ impl StateMachine {
         now.max(self.time)
     }
 
+    /// The project a key id names, unchecked (no secret compared): enough to find where a
+    /// call is decided, never to admit it.
+    pub fn project_of_key(&self, key_id: &str) -> Option<&str> {
+        self.key_index.get(key_id).map(String::as_str)
+    }
+
     /// Resolves a key id and the SHA-256 of the presented secret.
     pub fn check_key(&self, key_id: &str, secret_hash: &[u8; 32]) -> KeyCheck<'_> {
         let Some(project) = self.key_index.get(key_id) else {

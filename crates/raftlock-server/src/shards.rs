@@ -88,7 +88,13 @@ async fn start(node: &SharedNode, id: GroupId, members: &BTreeSet<u64>) -> anyho
     tracing::info!(shard = id, ?members, "shard replica started");
     let lowest = members.first().copied();
     if lowest == Some(node.config.node_id) && !group.raft.is_initialized().await? {
-        let voters = addresses(node, members)?;
+        // Addresses from the meta group's membership, which every node is in.
+        let voters: BTreeMap<u64, BasicNode> = (node.shard_members(id).into_iter())
+            .map(|(member, addr)| (member, BasicNode::new(addr)))
+            .collect();
+        if voters.len() != members.len() {
+            anyhow::bail!("shard {id}: a member of {members:?} is not in the cluster");
+        }
         group
             .raft
             .initialize(voters)
@@ -97,24 +103,6 @@ async fn start(node: &SharedNode, id: GroupId, members: &BTreeSet<u64>) -> anyho
         tracing::info!(shard = id, "initialized a new shard");
     }
     Ok(())
-}
-
-/// `members` with their addresses from the meta group's membership (every node is in it).
-fn addresses(
-    node: &SharedNode,
-    members: &BTreeSet<u64>,
-) -> anyhow::Result<BTreeMap<u64, BasicNode>> {
-    let metrics = node.meta.raft.metrics();
-    let metrics = metrics.borrow();
-    let membership = metrics.membership_config.membership();
-    members
-        .iter()
-        .map(|id| {
-            let addr = (membership.get_node(id))
-                .with_context(|| format!("node {id} is not in the cluster"))?;
-            Ok((*id, addr.clone()))
-        })
-        .collect()
 }
 
 /// `GET /internal/groups/{id}/state`: this node's state of shard `id`, at an index it applied

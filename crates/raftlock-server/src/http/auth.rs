@@ -53,6 +53,13 @@ pub fn hash_secret(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
+/// The key id of a presented project key, its secret unread: what routing needs to find the
+/// call's project (the handler then checks the secret).
+pub fn presented_key_id(headers: &HeaderMap) -> Option<&str> {
+    let rest = bearer(headers)?.strip_prefix(KEY_PREFIX)?;
+    rest.split_once('_').map(|(key_id, _)| key_id)
+}
+
 fn classify(node: &Node, headers: &HeaderMap) -> Credential {
     let Some(token) = bearer(headers) else {
         return Credential::Missing;
