@@ -838,9 +838,9 @@ impl Cluster {
             .ok()
     }
 
-    /// The leader of `group` as node `id` sees it (`/admin/v1/shards`; group 0 is the meta
-    /// group), if it answers and hosts a replica that knows one.
-    pub async fn group_leader(&self, id: u64, group: u64) -> Option<u64> {
+    /// The shards as node `id` lists them (`/admin/v1/shards`: the meta group, id 0, first),
+    /// if it answers.
+    pub async fn shards(&self, id: u64) -> Option<Vec<Value>> {
         let resp = self
             .http
             .get(self.url(id, "/admin/v1/shards"))
@@ -849,8 +849,25 @@ impl Cluster {
             .await
             .ok()?;
         let body: Value = resp.json().await.ok()?;
-        let shards = body["shards"].as_array()?;
+        body["shards"].as_array().cloned()
+    }
+
+    /// The leader of `group` as node `id` sees it (group 0 is the meta group), if it answers
+    /// and hosts a replica that knows one.
+    pub async fn group_leader(&self, id: u64, group: u64) -> Option<u64> {
+        let shards = self.shards(id).await?;
         shards.iter().find(|s| s["id"] == group)?["leader"].as_u64()
+    }
+
+    /// Creates a data shard on `members` (through the first node); answers its id.
+    pub async fn create_shard(&self, members: &[u64]) -> Result<u64> {
+        let body = json!({ "members": members });
+        let r = self
+            .admin_post(self.ids()[0], "/admin/v1/shards", body)
+            .await?;
+        anyhow::ensure!(r.status().as_u16() == 201, "create shard: {}", r.status());
+        let created: Value = r.json().await?;
+        created["id"].as_u64().context("shard id")
     }
 
     /// The leader of `group` every running member agrees on (like [`Cluster::wait_for_leader`]

@@ -65,6 +65,21 @@ fn restorer(file: &Path) -> impl Fn(u64, &Path, &str) -> Result<()> + '_ {
     }
 }
 
+/// `raftlock snapshot save FILE` from `cluster`; answers the saved header as JSON.
+fn save(cluster: &Cluster, file: &Path) -> Result<Value> {
+    let saved = cli(&[
+        "snapshot",
+        "save",
+        file.to_str().unwrap(),
+        "--endpoints",
+        &endpoints(cluster),
+        "--platform-token",
+        &cluster.platform,
+        "--json",
+    ])?;
+    Ok(serde_json::from_str(&saved)?)
+}
+
 fn endpoints(cluster: &Cluster) -> String {
     cluster
         .ids()
@@ -140,17 +155,7 @@ async fn a_restored_cluster_has_every_lock_lease_namespace_key_and_waiter_and_hi
         })
         .await?;
 
-        let saved = cli(&[
-            "snapshot",
-            "save",
-            file.to_str().unwrap(),
-            "--endpoints",
-            &endpoints(&cluster),
-            "--platform-token",
-            &cluster.platform,
-            "--json",
-        ])?;
-        let saved: Value = serde_json::from_str(&saved)?;
+        let saved = save(&cluster, &file)?;
         assert!(saved["index"].as_u64().unwrap() > 0, "{saved}");
         blocked.abort();
         old_cluster_id = cluster.view(1).await.unwrap()["cluster_id"].clone();
@@ -290,15 +295,7 @@ async fn backup_of_a_cluster(
     let locks = Locks::new(&cluster, 1, &key);
     let held = locks.acquire("held", &token(), 300).await?;
     assert_eq!(held.status, 200, "{held:?}");
-    cli(&[
-        "snapshot",
-        "save",
-        file.to_str().unwrap(),
-        "--endpoints",
-        &endpoints(&cluster),
-        "--platform-token",
-        &cluster.platform,
-    ])?;
+    save(&cluster, file)?;
     Ok((key, held.fencing()))
 }
 
@@ -604,10 +601,7 @@ async fn a_sharded_cluster_is_restored_with_its_shards() -> Result<()> {
         let cluster = Cluster::start(3).await?;
         cluster.wait_for_leader(Duration::from_secs(10)).await?;
         on_meta = cluster.project_key("before", "service_role", &[]).await?;
-        let r = cluster
-            .admin_post(1, "/admin/v1/shards", json!({ "members": [1, 2, 3] }))
-            .await?;
-        assert_eq!(r.status().as_u16(), 201);
+        cluster.create_shard(&[1, 2, 3]).await?;
         cluster
             .wait_for_group_leader(1, Duration::from_secs(10))
             .await?;
@@ -621,17 +615,7 @@ async fn a_sharded_cluster_is_restored_with_its_shards() -> Result<()> {
             kept.push(got.fencing());
         }
         held = kept;
-        let saved = cli(&[
-            "snapshot",
-            "save",
-            file.to_str().unwrap(),
-            "--endpoints",
-            &endpoints(&cluster),
-            "--platform-token",
-            &cluster.platform,
-            "--json",
-        ])?;
-        let saved: Value = serde_json::from_str(&saved)?;
+        let saved = save(&cluster, &file)?;
         assert_eq!(saved["format"], 2, "{saved}");
     }
     let inspected: Value = serde_json::from_str(&cli(&[
@@ -672,23 +656,8 @@ async fn a_sharded_cluster_is_restored_with_its_shards() -> Result<()> {
         assert_eq!(fresh.status, 200, "{fresh:?}");
         assert!(fresh.fencing() > fencing, "tokens moved past the backup's");
     }
-    let shards: Value = cluster
-        .http
-        .get(cluster.url(1, "/admin/v1/shards"))
-        .bearer_auth(&cluster.platform)
-        .send()
-        .await?
-        .json()
-        .await?;
-    assert_eq!(
-        shards["shards"][1]["projects"],
-        json!(["after"]),
-        "{shards}"
-    );
-    assert_eq!(
-        shards["shards"][0]["projects"],
-        json!(["before"]),
-        "{shards}"
-    );
+    let shards = Value::from(cluster.shards(1).await.context("shards")?);
+    assert_eq!(shards[1]["projects"], json!(["after"]), "{shards}");
+    assert_eq!(shards[0]["projects"], json!(["before"]), "{shards}");
     Ok(())
 }

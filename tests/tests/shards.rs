@@ -9,37 +9,11 @@ use anyhow::{ensure, Context, Result};
 use raftlock_tests::{eventually, token, Cluster, Locks};
 use serde_json::{json, Value};
 
-/// The shards as `node` lists them.
-async fn shards(cluster: &Cluster, node: u64) -> Option<Vec<Value>> {
-    let r = cluster
-        .http
-        .get(cluster.url(node, "/admin/v1/shards"))
-        .bearer_auth(&cluster.platform)
-        .send()
-        .await
-        .ok()?;
-    let body: Value = r.json().await.ok()?;
-    body["shards"].as_array().cloned()
-}
-
 /// (leader, term) of shard `id` as `node` (a member) sees it, once it has a leader.
 async fn shard_leader(cluster: &Cluster, node: u64, id: u64) -> Option<(u64, u64)> {
-    let list = shards(cluster, node).await?;
+    let list = cluster.shards(node).await?;
     let shard = list.iter().find(|s| s["id"] == id)?;
     Some((shard["leader"].as_u64()?, shard["term"].as_u64()?))
-}
-
-async fn create_shard(cluster: &Cluster, members: &[u64]) -> Result<u64> {
-    let r = cluster
-        .admin_post(
-            cluster.ids()[0],
-            "/admin/v1/shards",
-            json!({ "members": members }),
-        )
-        .await?;
-    ensure!(r.status().as_u16() == 201, "create shard: {}", r.status());
-    let body: Value = r.json().await?;
-    body["id"].as_u64().context("shard id")
 }
 
 async fn create_project_on(cluster: &Cluster, project: &str, shard: u64) -> Result<String> {
@@ -58,8 +32,8 @@ async fn create_project_on(cluster: &Cluster, project: &str, shard: u64) -> Resu
 async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Result<()> {
     let mut cluster = Cluster::start(6).await?;
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
-    let low = create_shard(&cluster, &[1, 2, 3]).await?;
-    let high = create_shard(&cluster, &[4, 5, 6]).await?;
+    let low = cluster.create_shard(&[1, 2, 3]).await?;
+    let high = cluster.create_shard(&[4, 5, 6]).await?;
     assert_eq!((low, high), (1, 2), "shards are numbered in order");
     for (shard, member) in [(low, 1), (high, 4)] {
         let elected = eventually(Duration::from_secs(10), "the shard elects a leader", || {
@@ -67,7 +41,7 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         })
         .await;
         if elected.is_err() {
-            println!("{:?}", shards(&cluster, member).await);
+            println!("{:?}", cluster.shards(member).await);
             for line in cluster
                 .log_lines(member)
                 .iter()
@@ -267,7 +241,7 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
 async fn a_stopping_node_hands_over_every_shard_it_leads() -> Result<()> {
     let mut cluster = Cluster::start(3).await?;
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
-    let shard = create_shard(&cluster, &[1, 2, 3]).await?;
+    let shard = cluster.create_shard(&[1, 2, 3]).await?;
     let (leader, _) = eventually(Duration::from_secs(10), "the shard elects a leader", || {
         shard_leader(&cluster, 1, shard)
     })
@@ -309,10 +283,10 @@ async fn leaderships_spread_over_the_nodes() -> Result<()> {
     let cluster = Cluster::start(3).await?;
     cluster.wait_for_leader(Duration::from_secs(10)).await?;
     for _ in 0..3 {
-        create_shard(&cluster, &[1, 2, 3]).await?;
+        cluster.create_shard(&[1, 2, 3]).await?;
     }
     let spread = eventually(Duration::from_secs(30), "leaderships spread", || async {
-        let list = shards(&cluster, 1).await?;
+        let list = cluster.shards(1).await?;
         let leaders: Vec<u64> = list.iter().filter_map(|s| s["leader"].as_u64()).collect();
         let per_node: Vec<usize> = (1..=3)
             .map(|id| leaders.iter().filter(|l| **l == id).count())

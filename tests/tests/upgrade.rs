@@ -65,24 +65,10 @@ async fn a_data_directory_of_the_release_before_shards_is_a_one_shard_cluster() 
     }
 
     // One shard, the meta group, holding the old project; and the cluster can grow one.
-    let list = |cluster: &Cluster| {
-        let req = cluster
-            .http
-            .get(cluster.url(1, "/admin/v1/shards"))
-            .bearer_auth(&cluster.platform);
-        async move { req.send().await?.json::<Value>().await }
-    };
-    let shards = list(&cluster).await?;
-    assert_eq!(
-        shards["shards"].as_array().map(Vec::len),
-        Some(1),
-        "{shards}"
-    );
-    assert_eq!(shards["shards"][0]["projects"], json!([facts["project"]]));
-    let created = cluster
-        .admin_post(1, "/admin/v1/shards", json!({ "members": [1] }))
-        .await?;
-    assert_eq!(created.status().as_u16(), 201);
+    let shards = cluster.shards(1).await.context("shards")?;
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    assert_eq!(shards[0]["projects"], json!([facts["project"]]));
+    cluster.create_shard(&[1]).await?;
     let fresh = cluster.project_key("fresh", "service_role", &[]).await?;
     let held = eventually(Duration::from_secs(10), "the new shard serves", || async {
         let r = Locks::new(&cluster, 1, &fresh)
@@ -93,11 +79,7 @@ async fn a_data_directory_of_the_release_before_shards_is_a_one_shard_cluster() 
     })
     .await?;
     assert!(held.fencing() > 0);
-    let shards = list(&cluster).await?;
-    assert_eq!(
-        shards["shards"][1]["projects"],
-        json!(["fresh"]),
-        "{shards}"
-    );
+    let shards = cluster.shards(1).await.context("shards")?;
+    assert_eq!(shards[1]["projects"], json!(["fresh"]), "{shards:?}");
     Ok(())
 }

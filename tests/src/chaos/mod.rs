@@ -165,18 +165,7 @@ async fn create_shards(cluster: &Cluster, shards: u32) -> Result<()> {
         members.pop();
     }
     for _ in 0..shards {
-        let r = cluster
-            .admin_post(
-                cluster.ids()[0],
-                "/admin/v1/shards",
-                json!({ "members": members }),
-            )
-            .await?;
-        anyhow::ensure!(
-            r.status().as_u16() == 201,
-            "creating a shard: {}",
-            r.status()
-        );
+        cluster.create_shard(&members).await?;
     }
     for shard in 1..=u64::from(shards) {
         cluster
