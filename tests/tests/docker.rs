@@ -404,3 +404,162 @@ async fn compose_cluster_with_tls_serves_https_and_survives_a_leader_kill() -> R
     );
     Ok(())
 }
+
+/// The data shards the node at `base` lists, as (id, members, leader), without the meta group.
+async fn data_shards(
+    http: &reqwest::Client,
+    base: &str,
+    platform: &str,
+) -> Option<Vec<(u64, Vec<u64>, Option<u64>)>> {
+    let r = http
+        .get(format!("{base}/admin/v1/shards"))
+        .bearer_auth(platform)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    let v: Value = r.json().await.ok()?;
+    let shards = v["shards"].as_array()?.iter().filter(|s| s["id"] != 0);
+    let shards = shards.map(|s| {
+        let members = s["members"].as_array().into_iter().flatten();
+        (
+            s["id"].as_u64().unwrap_or(0),
+            members.filter_map(Value::as_u64).collect(),
+            s["leader"].as_u64(),
+        )
+    });
+    Some(shards.collect())
+}
+
+/// `deploy/docker-compose.shards.yml` for real: six containers, the init services create two
+/// data shards of three (and none more when the stack is started again). A project placed on
+/// the shard of nodes 4-6 is served through node 1, which hosts no replica of it, and keeps
+/// its lock and fencing token when that shard's leader container is killed.
+#[tokio::test]
+async fn compose_six_nodes_two_shards_serve_through_any_node_and_survive_a_shard_leader_kill(
+) -> Result<()> {
+    if let Some(why) = docker_unavailable() {
+        println!("SKIPPED compose_six_nodes_two_shards: {why}");
+        return Ok(());
+    }
+    let image = Image::build("test-shards")?;
+    let compose = Compose::new(
+        "rlshards",
+        &image,
+        vec![],
+        vec!["deploy/docker-compose.shards.yml"],
+    );
+    let platform = compose.platform();
+    run(compose.cmd().args(["up", "-d"]))?;
+    let addrs: Vec<String> = (1..=6)
+        .map(|n| compose.edge_addr(n).map(|a| format!("http://{a}")))
+        .collect::<Result<_>>()?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+
+    let shards = eventually(
+        Duration::from_secs(90),
+        "two data shards from the init services",
+        || async {
+            let shards = data_shards(&http, &addrs[0], &platform).await?;
+            (shards.len() == 2).then_some(shards)
+        },
+    )
+    .await?;
+    let mut member_sets: Vec<Vec<u64>> = shards.iter().map(|s| s.1.clone()).collect();
+    member_sets.sort();
+    assert_eq!(member_sets, vec![vec![1, 2, 3], vec![4, 5, 6]]);
+    let far = shards.iter().find(|s| s.1 == [4, 5, 6]).unwrap().0;
+
+    // A project on the shard of nodes 4-6, used through node 1.
+    let r = http
+        .post(format!("{}/admin/v1/projects", addrs[0]))
+        .bearer_auth(&platform)
+        .json(&json!({ "name": "acme", "shard": far }))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await?);
+    let key: Value = http
+        .post(format!("{}/admin/v1/projects/acme/keys", addrs[0]))
+        .bearer_auth(&platform)
+        .json(&json!({ "kind": "service_role" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let through = |n: usize| Locks {
+        http: http.clone(),
+        base: addrs[n - 1].clone(),
+        key: key["secret"].as_str().unwrap_or_default().to_string(),
+    };
+    let t = token();
+    let taken = eventually(Duration::from_secs(30), "an acquire via node 1", || async {
+        let a = through(1).acquire("far-job", &t, 300).await.ok()?;
+        (a.status == 200).then_some(a)
+    })
+    .await?;
+    for n in 1..=6 {
+        let r = through(n).read("far-job").await?;
+        assert_eq!(
+            (r.status, r.body["fencing_token"].as_u64()),
+            (200, Some(taken.fencing())),
+            "read through node {n}"
+        );
+    }
+
+    // Kill the shard's leader: node 1 serves the lock again, and a new acquire's token rises.
+    let leader = eventually(
+        Duration::from_secs(20),
+        "the far shard's leader",
+        || async {
+            let shards = data_shards(&http, &addrs[3], &platform).await?;
+            shards.into_iter().find(|s| s.0 == far)?.2
+        },
+    )
+    .await?;
+    assert!((4..=6).contains(&leader), "leader {leader} is a member");
+    run(Command::new("docker").args(["kill", &compose.container(leader)]))?;
+    let read = eventually(
+        Duration::from_secs(20),
+        "the lock through node 1 after the kill",
+        || async {
+            let r = through(1).read("far-job").await.ok()?;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await?;
+    assert_eq!(
+        read.body["fencing_token"].as_u64(),
+        Some(taken.fencing()),
+        "the lock is kept"
+    );
+    let next = through(1).acquire("far-job-2", &token(), 300).await?;
+    assert_eq!(next.status, 200, "{next:?}");
+    assert!(next.fencing() > taken.fencing(), "tokens keep rising");
+
+    // Starting the stack again runs the init services again: no third shard.
+    run(compose.cmd().args(["up", "-d", "shard1", "shard2"]))?;
+    for service in ["shard1", "shard2"] {
+        let name = format!("{}_{service}_1", compose.project);
+        eventually(
+            Duration::from_secs(60),
+            "the init service to succeed",
+            || {
+                let state = run(Command::new("docker").args([
+                    "inspect",
+                    "-f",
+                    "{{.State.Status}} {{.State.ExitCode}}",
+                    &name,
+                ]));
+                async move { (state.ok()? == "exited 0").then_some(()) }
+            },
+        )
+        .await?;
+    }
+    let again = data_shards(&http, &addrs[0], &platform)
+        .await
+        .context("shards")?;
+    assert_eq!(again.len(), 2, "{again:?}");
+    Ok(())
+}

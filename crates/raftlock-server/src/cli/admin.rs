@@ -35,6 +35,10 @@ pub enum ShardCmd {
         /// Node ids of its voters, e.g. `4,5,6` (1, 3, 5 or 7 nodes).
         #[arg(long, value_delimiter = ',', required = true)]
         members: Vec<u64>,
+        /// Do nothing (and succeed) when a data shard on exactly these nodes exists: a
+        /// deployment's init step can run it on every start without adding shards.
+        #[arg(long)]
+        if_absent: bool,
     },
     /// The meta group and every data shard: members, leader, term, projects.
     List,
@@ -187,8 +191,19 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
             let p = client.create_project_on(&name, shard).await?;
             conn.emit(&p, || show_project(&p));
         }
-        AdminCmd::Shard(ShardCmd::Create { members }) => {
-            let s = client.create_shard(&members.into_iter().collect()).await?;
+        AdminCmd::Shard(ShardCmd::Create { members, if_absent }) => {
+            let members = members.into_iter().collect();
+            if if_absent {
+                let existing = (client.list_shards().await?.into_iter())
+                    .find(|s| s.id != 0 && s.members == members);
+                if let Some(s) = existing {
+                    conn.emit(&s, || {
+                        format!("shard {} on nodes {:?} exists", s.id, s.members)
+                    });
+                    return Ok(0);
+                }
+            }
+            let s = client.create_shard(&members).await?;
             conn.emit(&s, || {
                 format!("created shard {} on nodes {:?}", s.id, s.members)
             });
