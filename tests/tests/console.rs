@@ -385,6 +385,28 @@ async fn the_console_shows_locks_force_releases_one_and_follows_a_new_leader() -
         },
     )
     .await?;
+    // A data shard (a group of one, on the node serving the page) appears with its leader.
+    assert!(
+        browser.find("[data-shard='0']").await.is_err(),
+        "no shard table before a data shard"
+    );
+    let created = cluster
+        .admin_post(
+            follower,
+            "/admin/v1/shards",
+            json!({ "members": [follower] }),
+        )
+        .await?;
+    assert_eq!(created.status().as_u16(), 201);
+    let shard = created.json::<Value>().await?["id"].clone();
+    eventually(Duration::from_secs(15), "the shard on the page", || async {
+        let shown = browser
+            .attribute(&format!("[data-shard='{shard}']"), "data-leader")
+            .await
+            .ok()?;
+        (shown == follower.to_string()).then_some(())
+    })
+    .await?;
     // The page keeps no credential in its URL.
     let url = browser
         .cmd(reqwest::Method::GET, "/url", Value::Null)

@@ -172,6 +172,24 @@ pub struct ClusterHealth {
     pub members: Vec<Member>,
     /// Each member as probed by the answering node (1 s per probe).
     pub nodes: Vec<NodeProbe>,
+    /// The meta group (id 0) and every data shard, each with the leader and term of the
+    /// member hosting it that reports the highest term ([`merge_shard_lists`]).
+    #[serde(default)]
+    pub shards: Vec<Shard>,
+}
+
+/// Every member's `GET /admin/v1/shards` answer merged into one list: members and projects
+/// from the first list, leader and term from the member hosting each group with the highest
+/// term (a node answers those only for the groups it hosts a replica of).
+pub fn merge_shard_lists(lists: &[Vec<Shard>]) -> Vec<Shard> {
+    let mut merged: Vec<Shard> = lists.first().cloned().unwrap_or_default();
+    for shard in &mut merged {
+        let seen = lists.iter().flatten().filter(|s| s.id == shard.id);
+        if let Some(best) = seen.filter(|s| s.term.is_some()).max_by_key(|s| s.term) {
+            (shard.leader, shard.term) = (best.leader, best.term);
+        }
+    }
+    merged
 }
 
 /// One member as probed by `GET /admin/v1/cluster/status`.

@@ -226,14 +226,7 @@ impl Client {
             .into_iter()
             .flatten()
             .collect();
-        let mut merged: Vec<Shard> = lists.first().cloned().unwrap_or_default();
-        for shard in &mut merged {
-            let seen = lists.iter().flatten().filter(|s| s.id == shard.id);
-            if let Some(best) = seen.filter(|s| s.term.is_some()).max_by_key(|s| s.term) {
-                (shard.leader, shard.term) = (best.leader, best.term);
-            }
-        }
-        merged
+        raftlock_api::admin::merge_shard_lists(&lists)
     }
 
     /// `POST /admin/v1/cluster/learners`: adds a learner and waits for it to catch up.

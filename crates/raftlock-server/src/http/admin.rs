@@ -579,21 +579,35 @@ async fn cluster_status(
                 .send()
                 .await;
             let ready = ready.map(|r| r.status().is_success()).unwrap_or(false);
-            NodeProbe {
+            let shards = client
+                .get(node.peer_url(&addr, "/admin/v1/shards"))
+                .bearer_auth(&token)
+                .timeout(timeout)
+                .send()
+                .await;
+            let shards = match shards {
+                Ok(r) if r.status().is_success() => r.json::<ShardList>().await.ok(),
+                _ => None,
+            };
+            let probe = NodeProbe {
                 id,
                 addr,
                 reachable: view.is_some(),
                 ready,
                 view,
-            }
+            };
+            (probe, shards.map(|l| l.shards))
         }
     });
-    let nodes = futures::future::join_all(probes).await;
+    let (nodes, lists): (Vec<NodeProbe>, Vec<Option<Vec<Shard>>>) =
+        futures::future::join_all(probes).await.into_iter().unzip();
+    let lists: Vec<Vec<Shard>> = lists.into_iter().flatten().collect();
     Ok(Json(ClusterHealth {
         leader: local.leader,
         term: local.term,
         members: local.members,
         nodes,
+        shards: raftlock_api::admin::merge_shard_lists(&lists),
     })
     .into_response())
 }

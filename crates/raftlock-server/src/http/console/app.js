@@ -59,9 +59,22 @@ async function showCluster(token) {
           v.term ?? "-", v.commit_index ?? "-", v.applied_index ?? "-",
           v.clock_offset_ms === undefined ? "-" : v.clock_offset_ms + " ms"];
       }));
+    showShards(s.shards || []);
   } catch (e) {
     $("cluster-status").textContent = "cluster: " + e.message;
   }
+}
+
+// The meta group and the data shards, once the cluster has any data shard.
+function showShards(shards) {
+  const rows = shards.length < 2 ? [] : shards.map((sh) => {
+    const name = text("span", sh.id === 0 ? "meta" : "shard " + sh.id);
+    name.dataset.shard = sh.id;
+    name.dataset.leader = sh.leader ?? "";
+    return [name, (sh.members || []).join(", "), sh.leader ?? "-", sh.term ?? "-",
+      (sh.projects || []).length + " project(s)"];
+  });
+  table($("shards"), ["group", "members", "leader", "term", "projects"], rows);
 }
 
 async function forceRelease(key) {
