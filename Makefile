@@ -4,7 +4,7 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md
 #   make bench-core  the criterion benches of raftlock-core
-#   make bench-scaleout  memory per node: one group on 3 nodes vs two data shards on 6
+#   make bench-scaleout  shards: memory per node (1 group on 3 nodes vs 2 shards on 6) and capped-CPU write rate (1 vs 3 shards on 3 nodes)
 #   make soak        a fixed-rate mixed load for SOAK_MINUTES (30) at half this machine's
 #                    maximum (probed first), minute by minute
 #   make openapi     regenerate docs/openapi.json from the code (a test fails when it is stale)

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# `make bench-scaleout`: capacity per node with data shards, side by side in one run.
+# `make bench-scaleout`: what data shards buy, side by side in one run. Two parts:
 #
-# 1. one group: a 3-node cluster (no data shard) holds N project locks in one project;
-# 2. two data shards on six nodes (`raftlock dev --nodes 6 --shards 2`: nodes 1-3 and 4-6)
-#    hold the same N locks in two projects, N/2 on each shard.
-# For each, the peak RSS of every node once the locks are held; the figure is the largest
-# node of (2) against the largest of (1). Prints a markdown table.
+# memory — capacity per node:
+#   1. one group: a 3-node cluster (no data shard) holds N project locks in one project;
+#   2. two data shards on six nodes (`raftlock dev --nodes 6 --shards 2`: nodes 1-3 and 4-6)
+#      hold the same N locks in two projects, N/2 on each shard.
+#   For each, the peak RSS of every node once the locks are held; the figure is the largest
+#   node of (2) against the largest of (1).
+# throughput — write rate with every node a small machine of its own: each node's process
+#   is capped at SCALEOUT_CPUS of a core (a cgroup of its own: cpu.max, or cfs_quota_us on
+#   cgroup v1), so the nodes do not share these cores' spare time. 3 nodes, 64 clients
+#   acquiring fresh project locks, each client talking to the leader of its project's shard:
+#   - the release before shards (SCALEOUT_BASELINE_REV, built once into target/; empty skips);
+#   - this build with one group (the default deployment: projects on the meta group);
+#   - this build with one data shard beside the meta group;
+#   - this build with three data shards, leaders spread (one per node).
+#   Rounds alternate the clusters, so a slow minute of the machine hits all of them.
+# Prints markdown tables.
 #
-# Knobs: SCALEOUT_LOCKS (1000000), SCALEOUT_DIR (target/scaleout; on disk).
+# Knobs: SCALEOUT_PARTS ("memory throughput"), SCALEOUT_LOCKS (1000000), SCALEOUT_DIR
+# (target/scaleout; on disk), SCALEOUT_CPUS (0.5), SCALEOUT_ROUNDS (2), SCALEOUT_CLIENTS (64),
+# SCALEOUT_SECONDS (10), SCALEOUT_BASELINE_REV (c4ecf19, the last commit before shards).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +29,12 @@ LOCKS=${SCALEOUT_LOCKS:-1000000}
 WORK=${SCALEOUT_DIR:-$ROOT/target/scaleout}
 BIN=$ROOT/target/release
 TOKEN=scaleout-platform-token
+PARTS=${SCALEOUT_PARTS:-memory throughput}
+CPUS=${SCALEOUT_CPUS:-0.5}
+ROUNDS=${SCALEOUT_ROUNDS:-2}
+CLIENTS=${SCALEOUT_CLIENTS:-64}
+SECS=${SCALEOUT_SECONDS:-10}
+BASE_REV=${SCALEOUT_BASELINE_REV-c4ecf19}
 
 log() { echo "[scaleout] $*" >&2; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
@@ -24,20 +43,28 @@ log "building release binaries"
 cargo build --release -p raftlock-server -p raftlock-bench
 
 DEV_PID=
+CGROUPS=()
 stop() {
   if [[ -n $DEV_PID ]]; then
     kill -INT "$DEV_PID" 2>/dev/null || true
     wait "$DEV_PID" 2>/dev/null || true
     DEV_PID=
   fi
+  local cg
+  for cg in "${CGROUPS[@]}"; do
+    rmdir "$cg" 2>/dev/null || true
+  done
+  CGROUPS=()
 }
 trap stop EXIT
 
-# start NODES SHARDS PORT: a dev cluster, waiting until it printed its banner.
+# start NODES SHARDS PORT [RAFTLOCK]: a dev cluster, waiting until it printed its banner.
+# SHARDS "-" passes no --shards (a release before shards).
 start() {
-  local dir=$WORK/n$1-s$2
+  local dir=$WORK/n$1-s$2 bin=${4:-$BIN/raftlock} shards=()
+  [[ $2 == - ]] || shards=(--shards "$2")
   rm -rf "$dir" && mkdir -p "$dir"
-  "$BIN/raftlock" dev --nodes "$1" --shards "$2" --base-port "$3" --data-dir "$dir" \
+  "$bin" dev --nodes "$1" "${shards[@]}" --base-port "$3" --data-dir "$dir" \
     --platform-token "$TOKEN" >"$dir.out" 2>&1 &
   DEV_PID=$!
   until grep -q "cluster is up" "$dir.out" 2>/dev/null; do
@@ -71,6 +98,28 @@ rss() {
 
 max() { tr ' ' '\n' | sort -n | tail -1; }
 
+# node_pid NODE DIR: the process serving node NODE of the dev cluster in DIR.
+node_pid() { pgrep -f "serve --node-id $1 .*--data-dir $2/$1" | head -1; }
+
+# cap PID NAME: PID gets $CPUS of a core, in a cgroup of its own. The period is 10 ms, not
+# the kernel's (and docker's) 100 ms: a node that spends its quota early in a period waits
+# out the rest of it, and 70 ms stalls are not what a small machine of its own does.
+PERIOD_US=${SCALEOUT_PERIOD_US:-10000}
+cap() {
+  local quota dir
+  quota=$(awk -v c="$CPUS" -v p="$PERIOD_US" 'BEGIN { printf "%d", c * p }')
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    dir=/sys/fs/cgroup/raftlock-scaleout-$2
+    mkdir -p "$dir" && echo "$quota $PERIOD_US" >"$dir/cpu.max"
+  else
+    dir=/sys/fs/cgroup/cpu/raftlock-scaleout-$2
+    mkdir -p "$dir" && echo "$PERIOD_US" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+  fi
+  echo "$1" >"$dir/cgroup.procs"
+  CGROUPS+=("$dir")
+}
+
+memory() {
 log "one group, 3 nodes, $LOCKS locks"
 start 3 0 7301
 load 3 7301 "$LOCKS"
@@ -102,3 +151,76 @@ cat <<MD
 $SHARDS
 \`\`\`
 MD
+}
+
+# baseline: the raftlock binary of $BASE_REV, built once into target/baseline-$BASE_REV.
+baseline() {
+  local dir=$ROOT/target/baseline-$BASE_REV
+  if [[ ! -x $dir/target/release/raftlock ]]; then
+    log "building $BASE_REV (the release before shards) once, into $dir"
+    rm -rf "$dir" && mkdir -p "$dir"
+    git -C "$ROOT" archive "$BASE_REV" | tar -x -C "$dir"
+    (cd "$dir" && CARGO_TARGET_DIR=$dir/target cargo build --release -p raftlock-server >&2)
+  fi
+  echo "$dir/target/release/raftlock"
+}
+
+# measure LABEL SHARDS PORT [RAFTLOCK]: one capped 3-node cluster, one cell; appends
+# "label<TAB>acquires/s<TAB>p50<TAB>p99<TAB>errors" to $CELLS.
+measure() {
+  start 3 "$2" "$3" "${4:-}"
+  local i
+  for i in 1 2 3; do cap "$(node_pid "$i" "$WORK/n3-s$2")" "n$i"; done
+  "$BIN/raftlock-bench" --threads 1 scaleout --endpoints "$(endpoints 3 "$3")" \
+    --platform-token "$TOKEN" --label "$1" --clients "$CLIENTS" --seconds "$SECS" \
+    --round "$ROUND" >>"$CELLS"
+  log "  share of periods each node was throttled in: $(throttled)"
+  stop
+}
+
+# throttled: per capped node, the share of its CPU periods in which it hit its cap (so the cap,
+# not the load generator, was what limited it).
+throttled() {
+  local cg out=()
+  for cg in "${CGROUPS[@]}"; do
+    out+=("$(awk '/^nr_periods/ {p=$2} /^nr_throttled/ {t=$2} END {printf "%.0f%%", p ? 100*t/p : 0}' "$cg/cpu.stat")")
+  done
+  echo "${out[*]}"
+}
+
+throughput() {
+  local base=
+  [[ -z $BASE_REV ]] || base=$(baseline)
+  mkdir -p "$WORK"
+  CELLS=$WORK/throughput.tsv
+  : >"$CELLS"
+  for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    log "throughput round $ROUND of $ROUNDS: 3 nodes at $CPUS CPU each, $CLIENTS clients"
+    [[ -z $base ]] || measure "release before shards ($BASE_REV), one group" - 7501 "$base"
+    measure "one group (default)" 0 7511
+    measure "1 data shard" 1 7521
+    measure "3 data shards" 3 7531
+  done
+  # Mean of the rounds per cluster, and its ratio to the default one-group cluster.
+  awk -F'\t' -v cpus="$CPUS" -v clients="$CLIENTS" '
+    { if (!($1 in n)) order[++k] = $1; n[$1]++; ops[$1] += $2; p50[$1] += $3; p99[$1] += $4
+      err[$1] += $5; runs[$1] = runs[$1] (runs[$1] == "" ? "" : ", ") $2 }
+    END {
+      one = ops["one group (default)"] / n["one group (default)"]
+      printf "## Scale-out: acquires/s, 3 nodes capped at %s CPU each, %d clients\n\n", cpus, clients
+      print "| cluster | acquires/s (rounds) | mean | vs one group | p50 ms | p99 ms | errors |"
+      print "|---|---|---|---|---|---|---|"
+      for (i = 1; i <= k; i++) {
+        l = order[i]; m = ops[l] / n[l]
+        printf "| %s | %s | %.0f | %.2f× | %.2f | %.2f | %d |\n", l, runs[l], m, m / one, p50[l] / n[l], p99[l] / n[l], err[l]
+      }
+    }' "$CELLS"
+}
+
+for part in $PARTS; do
+  case $part in
+    memory) memory ;;
+    throughput) throughput ;;
+    *) echo "unknown part $part (memory, throughput)" >&2; exit 2 ;;
+  esac
+done

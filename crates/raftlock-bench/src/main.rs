@@ -16,6 +16,7 @@
 mod conn;
 mod primitives;
 mod report;
+mod scaleout;
 mod soak;
 mod stall;
 mod systems;
@@ -76,6 +77,29 @@ enum Cmd {
         round: u32,
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// One cell of project-lock writes spread over the cluster's data shards, each client
+    /// talking to its shard's leader (`make bench-scaleout`); prints it as a tab-separated
+    /// line: label, ops/s, p50 ms, p99 ms, errors.
+    Scaleout {
+        #[arg(long, value_delimiter = ',')]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        platform_token: String,
+        /// The cluster's name in the output (e.g. "3 shards").
+        #[arg(long)]
+        label: String,
+        /// Workload 1 (acquire fresh keys) or 2 (acquire+release cycle).
+        #[arg(long, default_value = "1")]
+        workload: String,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 2.0)]
+        warmup: f64,
+        #[arg(long, default_value_t = 1)]
+        round: u32,
     },
     /// Hold N project locks on a raftlock cluster (long TTL), as fast as possible.
     Load {
@@ -236,6 +260,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 measure: Duration::from_secs_f64(seconds),
                 ns6: format!("{run_id}-w6"),
                 run_id,
+                spread: Vec::new(),
             });
             eprintln!("{} leader {leader}, round {round}", system.name());
             let mut file = match &out {
@@ -312,6 +337,50 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             if let Some(path) = md {
                 std::fs::write(&path, &table)?;
             }
+            Ok(())
+        }
+        Cmd::Scaleout {
+            endpoints,
+            platform_token,
+            label,
+            workload,
+            clients,
+            seconds,
+            warmup,
+            round,
+        } => {
+            let w = match workload.as_str() {
+                "1" => "1",
+                "2" => "2",
+                other => anyhow::bail!("scaleout runs workload 1 or 2, not {other}"),
+            };
+            let run_id = format!("so{round}-{}", unix_secs());
+            let spread = scaleout::targets(&endpoints, &platform_token, &run_id).await?;
+            let ctx = Arc::new(Ctx {
+                target: spread[0].clone(),
+                round,
+                warmup: Duration::from_secs_f64(warmup),
+                measure: Duration::from_secs_f64(seconds),
+                ns6: String::new(),
+                run_id,
+                spread,
+            });
+            let mut cell = workloads::run_cell(ctx, w, clients).await?;
+            cell.system = label;
+            eprintln!(
+                "  {}: {:.0} {} p50 {:.2} ms p99 {:.2} ms errors {}",
+                cell.system,
+                cell.throughput,
+                workloads::unit(w),
+                cell.p50_ms,
+                cell.p99_ms,
+                cell.errors
+            );
+            // label, acquires/s, p50, p99, errors: one line per cell for scaleout.sh.
+            println!(
+                "{}\t{:.0}\t{:.2}\t{:.2}\t{}",
+                cell.system, cell.throughput, cell.p50_ms, cell.p99_ms, cell.errors
+            );
             Ok(())
         }
         Cmd::Load {

@@ -111,14 +111,23 @@ async fn leader_once(system: System, endpoints: &[String]) -> anyhow::Result<Opt
 
 /// Creates a project with the rate limit off and a service-role key for it (raftlock).
 pub async fn raftlock_project(leader: &str, platform: &str, name: &str) -> anyhow::Result<String> {
+    raftlock_project_on(leader, platform, name, None).await
+}
+
+/// [`raftlock_project`] placed on data shard `shard` (None: where raftlock places it).
+pub async fn raftlock_project_on(
+    leader: &str,
+    platform: &str,
+    name: &str,
+    shard: Option<u32>,
+) -> anyhow::Result<String> {
     let mut c = Conn::new(leader, Some(platform));
+    let mut body = json!({ "name": name });
+    if let Some(shard) = shard {
+        body["shard"] = json!(shard);
+    }
     let (s, v) = c
-        .json(
-            Method::POST,
-            "/admin/v1/projects",
-            &[],
-            &json!({ "name": name }),
-        )
+        .json(Method::POST, "/admin/v1/projects", &[], &body)
         .await?;
     if !s.is_success() && s != StatusCode::CONFLICT {
         bail!("creating project {name}: {s} {v}");

@@ -108,6 +108,20 @@ pub struct Ctx {
     pub ns6: String,
     /// etcd: a lease holding the 100,000 preloaded keys (workload 6).
     pub run_id: String,
+    /// `scaleout`: one target per data shard (its leader, a project placed on it); client
+    /// `i` drives `spread[i % len]`, so every shard's leader takes an equal share. Empty:
+    /// every client drives `target`.
+    pub spread: Vec<Target>,
+}
+
+impl Ctx {
+    /// The system client `i` sends its requests to.
+    fn client_target(&self, i: usize) -> &Target {
+        match self.spread.len() {
+            0 => &self.target,
+            n => &self.spread[i % n],
+        }
+    }
 }
 
 /// Runs one cell.
@@ -127,7 +141,7 @@ pub async fn run_cell(ctx: Arc<Ctx>, w: &'static str, clients: usize) -> anyhow:
         let ns3 = ns3.clone();
         tasks.push(tokio::spawn(async move {
             let prefix = format!("{}-w{w}-c{clients}-{i}", ctx.run_id);
-            let mut c = ctx.target.conn();
+            let mut c = ctx.client_target(i).conn();
             let prep = prepare(&ctx, w, &mut c, &prefix, &ns3).await;
             barrier.wait().await;
             let prep = prep?;
