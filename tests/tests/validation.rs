@@ -23,7 +23,36 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
     let json = |s: &str| Some(s.as_bytes().to_vec());
     let long_key = "k".repeat(129);
     let huge = Some(vec![b' '; 64 * 1024 + 1]);
+    let with_id = |id: &'static str| {
+        let mut h = tok.to_vec();
+        h.push(("X-Volcano-Request-Id", id));
+        h
+    };
     let cases: Vec<Case> = vec![
+        (
+            "empty request id",
+            Method::POST,
+            "/locks/k/lease".into(),
+            with_id(""),
+            json(r#"{"ttl_seconds":10}"#),
+            400,
+        ),
+        (
+            "request id not a UUID",
+            Method::POST,
+            "/locks/k/lease".into(),
+            with_id("retry-1"),
+            json(r#"{"ttl_seconds":10}"#),
+            400,
+        ),
+        (
+            "request id without its hyphens",
+            Method::POST,
+            "/locks/k/lease".into(),
+            with_id("6f1c1a2e9d554c1e8a7e3f2b1c0d9e8f"),
+            json(r#"{"ttl_seconds":10}"#),
+            400,
+        ),
         (
             "malformed JSON",
             Method::POST,
@@ -186,7 +215,7 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
         .raw(
             Method::POST,
             "/locks/k/lease",
-            &tok,
+            &with_id("6f1c1a2e-9d55-4c1e-8a7e-3f2b1c0d9e8f"),
             json(r#"{"ttl_seconds":10}"#),
         )
         .await?;
@@ -199,5 +228,46 @@ async fn the_validation_matrix() -> anyhow::Result<()> {
         (1 << 52) + 1,
         "no earlier request created a lease"
     );
+    Ok(())
+}
+
+/// The hierarchical API refuses a malformed `X-Volcano-Request-Id` in its own dialect, and
+/// the call it came with does not happen.
+#[tokio::test]
+async fn a_malformed_request_id_is_refused_on_v1beta_and_nothing_is_created() -> anyhow::Result<()>
+{
+    let cluster = Cluster::start(1).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let locks = Locks::new(&cluster, 1, &key);
+    let create = br#"{"name":"Reports"}"#.to_vec();
+    for bad in ["", "not-a-uuid"] {
+        let a = locks
+            .raw(
+                Method::POST,
+                "/v1beta/CreateNamespace",
+                &[("X-Volcano-Request-Id", bad)],
+                Some(create.clone()),
+            )
+            .await?;
+        assert_eq!(
+            (a.status, a.code()),
+            (400, "invalid_argument"),
+            "{bad:?}: {a:?}"
+        );
+    }
+    let got = locks
+        .rpc("GetNamespace", serde_json::json!({ "name": "Reports" }))
+        .await?;
+    assert_eq!(got.status, 404, "nothing was created: {got:?}");
+    let good = "0b7d5c9e-3a41-4f6b-9c2d-8e1f7a6b5c4d";
+    let a = locks
+        .raw(
+            Method::POST,
+            "/v1beta/CreateNamespace",
+            &[("X-Volcano-Request-Id", good)],
+            Some(create),
+        )
+        .await?;
+    assert_eq!(a.status, 200, "{a:?}");
     Ok(())
 }

@@ -24,10 +24,11 @@ use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use raftlock_api::methods::{self, effect_of, Effect};
 use raftlock_core::{request_ids, Op};
 
+use super::errors::{ApiError, Dialect};
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
 };
@@ -74,12 +75,48 @@ impl ClientRequestId {
     }
 }
 
-/// Middleware (outermost, before the server makes up the id it echoes): records the client's
-/// own id, and mints one for a lock write (or takes the one the forwarding peer minted).
+/// Middleware (outermost, before the server makes up the id it echoes): refuses a malformed
+/// client id ([`malformed_client_id`]), records the client's own id, and mints one for a
+/// lock write (or takes the one the forwarding peer minted).
 pub async fn note(mut req: Request, next: Next) -> Response {
+    if let Some(refusal) = malformed_client_id(req.uri().path(), req.headers()) {
+        return refusal.into_response();
+    }
     let ids = ids_of(req.method(), req.uri().path(), req.headers());
     req.extensions_mut().insert(ids);
     next.run(req).await
+}
+
+/// `400` for an API call (lock, hierarchical or admin route) whose `X-Volcano-Request-Id` is
+/// present but not a UUID in its hyphenated form — empty included. The document says
+/// `format: uuid`; taking such a value silently would leave the client believing its
+/// retries are applied once while they are not. A peer's forward is not checked here: the
+/// id it relays was checked by the node the client called. The body is not read, so the
+/// connection closes after the answer.
+fn malformed_client_id(path: &str, headers: &HeaderMap) -> Option<ApiError> {
+    let api =
+        path.starts_with("/locks") || path.starts_with("/v1beta/") || path.starts_with("/admin/");
+    if !api || headers.contains_key(HOPS_HEADER) {
+        return None;
+    }
+    let value = headers.get(REQUEST_ID_HEADER)?;
+    let valid = value.to_str().is_ok_and(is_hyphenated_uuid);
+    (!valid).then(|| {
+        ApiError::bad_request(
+            Dialect::of_path(path),
+            format!(
+                "{REQUEST_ID_HEADER} must be a UUID (8-4-4-4-12 hex digits), the same on each \
+                 retry of one operation; omit it to let the server make one up"
+            ),
+        )
+        .closing()
+    })
+}
+
+/// Whether `s` is a UUID written as `format: uuid` (RFC 9562) has it: 36 characters,
+/// hyphenated.
+pub fn is_hyphenated_uuid(s: &str) -> bool {
+    s.len() == 36 && uuid::Uuid::try_parse(s).is_ok()
 }
 
 fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
@@ -163,6 +200,42 @@ mod tests {
         assert!(!remembers(&Method::POST, "/v1beta/AcquireLock"));
         assert!(!remembers(&Method::POST, "/v1beta/GetLock"));
         assert!(!remembers(&Method::POST, "/admin/v1/projects"));
+    }
+
+    #[test]
+    fn a_client_id_that_is_not_a_hyphenated_uuid_is_refused_on_api_routes_only() {
+        let with = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(REQUEST_ID_HEADER, value.parse().unwrap());
+            h
+        };
+        let good = "6f1c1a2e-9d55-4c1e-8a7e-3f2b1c0d9e8f";
+        for bad in [
+            "",
+            "x",
+            "6f1c1a2e9d554c1e8a7e3f2b1c0d9e8f",
+            "{6f1c1a2e-9d55-4c1e-8a7e-3f2b1c0d9e8f}",
+        ] {
+            for path in [
+                "/locks/a/lease",
+                "/locks",
+                "/v1beta/AcquireLock",
+                "/admin/v1/projects",
+            ] {
+                let refused = malformed_client_id(path, &with(bad)).expect("refused");
+                assert_eq!(
+                    refused.status,
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "{path} {bad:?}"
+                );
+            }
+            assert!(malformed_client_id("/healthz", &with(bad)).is_none());
+        }
+        assert!(malformed_client_id("/locks/a/lease", &with(good)).is_none());
+        assert!(malformed_client_id("/locks/a/lease", &HeaderMap::new()).is_none());
+        let mut forwarded = with("");
+        forwarded.insert(HOPS_HEADER, "1".parse().unwrap());
+        assert!(malformed_client_id("/locks/a/lease", &forwarded).is_none());
     }
 
     #[test]
