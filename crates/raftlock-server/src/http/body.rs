@@ -162,6 +162,14 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8], d: Dialect) -> Result<T, ApiError
     } else {
         bytes
     };
+    // Every request body is an object: serde would also read a struct from an array of its
+    // fields in order (`[null, null]`), which the document forbids and no client means.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            d,
+            "invalid JSON body: expected an object",
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let error = match serde_path_to_error::deserialize(&mut de) {
         Ok(value) => {
@@ -254,6 +262,10 @@ mod tests {
             br#"{"ttl_seconds":-60.0}"#,
             br#"{"ttl_seconds":1e300}"#,
             br#"{"ttl_seconds":10} trailing"#,
+            b"[10]",
+            b" [10]",
+            b"10",
+            b"null",
         ] {
             let e = json::<Ttl>(bad, Dialect::Locks).unwrap_err();
             assert_eq!(
