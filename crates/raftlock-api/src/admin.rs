@@ -63,7 +63,8 @@ pub struct ProjectList {
 #[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewProjectRequest {
-    /// 1–64 of `[-_0-9a-zA-Z]`.
+    /// 1–128 of `[-_0-9a-zA-Z]`.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::ProjectName))]
     pub name: String,
     /// The shard it lives on, for good (absent: the data shard with the fewest projects, or
     /// the meta group, 0, when the cluster has no other shard).
@@ -76,11 +77,19 @@ pub struct NewProjectRequest {
 #[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProjectPatch {
-    /// Project-lock requests per minute.
+    /// Project-lock requests per minute (0 = unlimited), up to 2^32-1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<u64>, minimum = 0, maximum = 4294967295_i64)
+    )]
     pub lock_ops_per_minute: Option<u32>,
-    /// Hierarchical-lock requests per minute (0 = unlimited).
+    /// Hierarchical-lock requests per minute (0 = unlimited), up to 2^32-1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<u64>, minimum = 0, maximum = 4294967295_i64)
+    )]
     pub hier_ops_per_minute: Option<u32>,
 }
 
@@ -91,8 +100,12 @@ pub struct ProjectPatch {
 pub struct NewKeyRequest {
     /// Kind.
     pub kind: KeyKind,
-    /// Scopes of a scoped key: at most 32 of 1–64 characters.
+    /// Scopes of a scoped key: at most 32 of 1–64 bytes.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Vec<crate::schemas::Scope>, max_items = 32)
+    )]
     pub scopes: Vec<String>,
 }
 

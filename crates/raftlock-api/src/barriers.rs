@@ -81,11 +81,17 @@ pub struct CreateBarrierRequest {
     pub description: String,
     /// Processes that must arrive, 1–1,000,000.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 1_000_000)
+    )]
     pub expected_processes: u64,
     /// Idle time before deletion, 60–2,592,000 s.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 60, maximum = 2_592_000)
+    )]
     pub delete_inactive_after_seconds: u64,
     /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
     #[serde(default)]
@@ -124,11 +130,17 @@ pub struct UpdateBarrierRequest {
     pub description: String,
     /// New count, at least `arrived_processes`.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 1_000_000)
+    )]
     pub expected_processes: u64,
     /// New idle time before deletion, 60–2,592,000 s.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 60, maximum = 2_592_000)
+    )]
     pub delete_inactive_after_seconds: u64,
     /// New metadata.
     #[serde(default)]
@@ -136,7 +148,10 @@ pub struct UpdateBarrierRequest {
     pub metadata: BTreeMap<String, String>,
     /// Required: the version the update is based on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = u64, required = true, minimum = 1)
+    )]
     pub expected_version: Option<u64>,
 }
 
@@ -162,7 +177,7 @@ pub struct ArriveAtBarrierRequest {
     pub process_id: String,
     /// The generation the process arrives at (≥ 1).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub expected_generation: u64,
     /// Participant metadata.
     #[serde(default)]
@@ -184,7 +199,7 @@ pub struct WaitAtBarrierRequest {
     pub barrier_name: String,
     /// The generation waited for (≥ 1).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub expected_generation: u64,
     /// Seconds to wait, 0–300 (0: answer at once).
     #[serde(default)]
@@ -206,13 +221,15 @@ pub struct ListBarrierParticipantsRequest {
     pub barrier_name: String,
     /// The generation (≥ 1).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub generation: u64,
     /// Page size 0–250; 0 means 100.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 250))]
     pub limit: u32,
-    /// Token from a previous page; empty for the first page.
+    /// Empty for the first page; else a `next_pagination_token` or
+    /// `previous_pagination_token` this server issued for the same list, as it was issued:
+    /// any other value is refused with `invalid_argument` (tokens are opaque).
     #[serde(default)]
     pub pagination_token: String,
 }

@@ -192,7 +192,10 @@ pub struct UpdateNamespaceRequest {
     /// Required: the version the update is based on (versions start at 1); a mismatch is
     /// `invalid_argument` and changes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = u64, required = true, minimum = 1)
+    )]
     pub expected_version: Option<u64>,
 }
 
@@ -205,7 +208,9 @@ pub struct ListNamespacesRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 250))]
     pub limit: u32,
-    /// Token from a previous page; empty for the first page.
+    /// Empty for the first page; else a `next_pagination_token` or
+    /// `previous_pagination_token` this server issued for the same list, as it was issued:
+    /// any other value is refused with `invalid_argument` (tokens are opaque).
     #[serde(default)]
     pub pagination_token: String,
 }
@@ -218,13 +223,24 @@ pub struct CreateLockLeaseRequest {
     /// The namespace.
     #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
     pub namespace_name: String,
-    /// The owner's self-chosen id, 1–128 characters.
+    /// The owner's self-chosen id, 1–128 characters, none of them a control character.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            required = true,
+            min_length = 1,
+            max_length = 128,
+            pattern = r"^[^\x00-\x1F\x7F-\x9F]{1,128}$"
+        )
+    )]
     pub process_id: String,
     /// Lease length, 1–300 seconds.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 300))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 300)
+    )]
     pub ttl_seconds: u64,
 }
 
@@ -243,7 +259,10 @@ pub struct RefreshLockLeaseRequest {
     pub lease_id: String,
     /// New lease length, 1–300 seconds.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 300))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 300)
+    )]
     pub ttl_seconds: u64,
 }
 
@@ -277,7 +296,9 @@ pub struct ListLockLeasesRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 250))]
     pub limit: u32,
-    /// Token from a previous page; empty for the first page.
+    /// Empty for the first page; else a `next_pagination_token` or
+    /// `previous_pagination_token` this server issued for the same list, as it was issued:
+    /// any other value is refused with `invalid_argument` (tokens are opaque).
     #[serde(default)]
     pub pagination_token: String,
 }

@@ -42,14 +42,24 @@ pub struct LockStatus {
     pub fencing_token: Option<u64>,
 }
 
+/// What a project-lock key is: 1–128 of letters, digits, `.`, `_`, `:`, `-` (the document's
+/// pattern for the `{key}` path parameter and the `after` cursor).
+pub const KEY_PATTERN: &str = "^[A-Za-z0-9._:-]{1,128}$";
+
 /// Query of `GET /locks`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct ListLocksQuery {
-    /// Continue after this key (the `next` of the previous page).
+    /// Continue after this key (the `next` of the previous page); empty or absent: from the
+    /// first key. A key's pattern ([`KEY_PATTERN`]) allowing the empty string (utoipa takes a
+    /// literal here; a test checks they agree).
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        param(pattern = "^[A-Za-z0-9._:-]{0,128}$", max_length = 128)
+    )]
     pub after: Option<String>,
     /// Page size, 1–1000 (default 100).
     #[serde(default)]

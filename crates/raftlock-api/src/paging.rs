@@ -62,7 +62,9 @@ macro_rules! namespace_list_request {
             #[serde(default)]
             #[cfg_attr(feature = "openapi", schema(maximum = 250))]
             pub limit: u32,
-            /// Token from a previous page; empty for the first page.
+            /// Empty for the first page; else a `next_pagination_token` or
+            /// `previous_pagination_token` this server issued for the same list, as it was issued:
+            /// any other value is refused with `invalid_argument` (tokens are opaque).
             #[serde(default)]
             pub pagination_token: String,
         }

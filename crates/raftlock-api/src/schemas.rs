@@ -36,6 +36,16 @@ macro_rules! string_schema {
 }
 
 string_schema!(
+    /// Project names.
+    ProjectName,
+    "ProjectName",
+    "^[-_0-9a-zA-Z]{1,128}$",
+    Some(1),
+    Some(128),
+    "A project name: 1–128 of `[-_0-9a-zA-Z]`."
+);
+
+string_schema!(
     /// Namespace names.
     NamespaceName,
     "NamespaceName",
@@ -84,6 +94,26 @@ string_schema!(
     None,
     "A lease id: `ls_` + 28 base62 characters."
 );
+
+/// A key scope: 1–64 bytes (the document can say 64 characters; see the schemathesis hooks).
+pub struct Scope;
+
+impl PartialSchema for Scope {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("A key scope, e.g. `locks.manage`: 1–64 bytes."))
+            .min_length(Some(1))
+            .max_length(Some(64))
+            .into()
+    }
+}
+
+impl ToSchema for Scope {
+    fn name() -> Cow<'static, str> {
+        "Scope".into()
+    }
+}
 
 /// Free-form string metadata: at most 32 entries, keys of 1–128 bytes, values of at most 256
 /// bytes.

@@ -84,7 +84,7 @@ pub struct CreateSemaphoreRequest {
     #[serde(default)]
     #[cfg_attr(
         feature = "openapi",
-        schema(minimum = 1, maximum = 9223372036854775807_i64)
+        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
     )]
     pub permits: u64,
     /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
@@ -128,7 +128,7 @@ pub struct UpdateSemaphoreRequest {
     #[serde(default)]
     #[cfg_attr(
         feature = "openapi",
-        schema(minimum = 1, maximum = 9223372036854775807_i64)
+        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
     )]
     pub permits: u64,
     /// New metadata.
@@ -138,7 +138,10 @@ pub struct UpdateSemaphoreRequest {
     /// Required: the version the update is based on; a mismatch is `invalid_argument` and
     /// changes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = u64, required = true, minimum = 1)
+    )]
     pub expected_version: Option<u64>,
 }
 
@@ -162,7 +165,9 @@ pub struct ListSemaphoreHoldersRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 250))]
     pub limit: u32,
-    /// Token from a previous page; empty for the first page.
+    /// Empty for the first page; else a `next_pagination_token` or
+    /// `previous_pagination_token` this server issued for the same list, as it was issued:
+    /// any other value is refused with `invalid_argument` (tokens are opaque).
     #[serde(default)]
     pub pagination_token: String,
 }
@@ -187,7 +192,7 @@ pub struct AcquireSemaphoreRequest {
     #[serde(default)]
     #[cfg_attr(
         feature = "openapi",
-        schema(minimum = 1, maximum = 9223372036854775807_i64)
+        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
     )]
     pub weight: u64,
     /// Seconds to wait on the server in the semaphore's FIFO queue, 0–300 (0: answer at once).

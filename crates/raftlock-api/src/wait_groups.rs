@@ -103,14 +103,23 @@ pub struct CreateWaitGroupRequest {
     pub description: String,
     /// Jobs to wait for, 1–100,000,000.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 100_000_000)
+    )]
     pub counter: u64,
-    /// Absolute deadline (ns since the epoch), at least 60 s after the call.
+    /// Absolute deadline (ns since the epoch), at least 60 s after the time the leader
+    /// applies the call (the cluster's clock): a schema cannot state a bound that moves, so
+    /// a value in the past or less than a minute ahead is refused with `invalid_argument`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub expires_at: i64,
     /// Retention after the group finishes, 60–2,592,000 s.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 60, maximum = 2_592_000)
+    )]
     pub delete_after_finished_seconds: u64,
     /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
     #[serde(default)]
@@ -149,14 +158,22 @@ pub struct UpdateWaitGroupRequest {
     pub description: String,
     /// New total, at least `completed_jobs` (equal completes the group).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 100_000_000)
+    )]
     pub counter: u64,
-    /// New deadline, in the future.
+    /// New deadline (ns since the epoch), after the time the leader applies the call (the
+    /// cluster's clock); a past one is refused with `invalid_argument`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub expires_at: i64,
     /// New retention, 60–2,592,000 s.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 2_592_000))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 60, maximum = 2_592_000)
+    )]
     pub delete_after_finished_seconds: u64,
     /// New metadata.
     #[serde(default)]
@@ -164,7 +181,10 @@ pub struct UpdateWaitGroupRequest {
     pub metadata: BTreeMap<String, String>,
     /// Required: the version the update is based on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = u64, required = true, minimum = 1)
+    )]
     pub expected_version: Option<u64>,
 }
 
@@ -200,7 +220,10 @@ pub struct CompleteJobsFromWaitGroupRequest {
     pub wait_group_name: String,
     /// 1–50 jobs.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 50))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, min_items = 1, max_items = 50)
+    )]
     pub jobs: Vec<JobReport>,
 }
 
@@ -219,7 +242,9 @@ pub struct ListWaitGroupCompletedJobsRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 250))]
     pub limit: u32,
-    /// Token from a previous page; empty for the first page.
+    /// Empty for the first page; else a `next_pagination_token` or
+    /// `previous_pagination_token` this server issued for the same list, as it was issued:
+    /// any other value is refused with `invalid_argument` (tokens are opaque).
     #[serde(default)]
     pub pagination_token: String,
 }

@@ -126,6 +126,8 @@ pub fn document_json() -> String {
     barriers::ListBarrierParticipantsResponse,
     admin::Project,
     admin::ProjectList,
+    raftlock_api::schemas::Scope,
+    raftlock_api::schemas::ProjectName,
     admin::NewProjectRequest,
     admin::NewShardRequest,
     admin::Shard,
@@ -173,7 +175,51 @@ pub fn document() -> OpenApi {
     for (path, method, op) in fixed.chain(hierarchical_operations()) {
         doc.paths.add_path_operation(path, vec![method], op);
     }
+    optional_bodies_without_required_fields(&mut doc);
     doc
+}
+
+/// A request body whose schema requires no field may be left out: the server reads a missing
+/// body as `{}` (every field at its default), so the document must not call it required.
+fn optional_bodies_without_required_fields(doc: &mut OpenApi) {
+    use utoipa::openapi::schema::Schema;
+    use utoipa::openapi::RefOr;
+    let Some(components) = doc.components.as_ref() else {
+        return;
+    };
+    let requires_nothing = |name: &str| matches!(components.schemas.get(name), Some(RefOr::T(Schema::Object(o))) if o.required.is_empty());
+    let mut optional = Vec::new();
+    for (path, item) in &doc.paths.paths {
+        for (method, op) in [
+            ("post", &item.post),
+            ("patch", &item.patch),
+            ("put", &item.put),
+        ] {
+            let Some(body) = op.as_ref().and_then(|op| op.request_body.as_ref()) else {
+                continue;
+            };
+            let schema = body.content.values().find_map(|c| match &c.schema {
+                Some(RefOr::Ref(r)) => r.ref_location.rsplit('/').next().map(str::to_string),
+                _ => None,
+            });
+            if schema.as_deref().is_some_and(requires_nothing) {
+                optional.push((path.clone(), method));
+            }
+        }
+    }
+    for (path, method) in optional {
+        let Some(item) = doc.paths.paths.get_mut(&path) else {
+            continue;
+        };
+        let op = match method {
+            "post" => item.post.as_mut(),
+            "patch" => item.patch.as_mut(),
+            _ => item.put.as_mut(),
+        };
+        if let Some(body) = op.and_then(|op| op.request_body.as_mut()) {
+            body.required = Some(Required::False);
+        }
+    }
 }
 
 const DESCRIPTION: &str = "A Raft-replicated lock service. Every node serves this API; a \
@@ -286,6 +332,20 @@ impl Op {
     }
 
     /// A plain-text answer.
+    /// A `200` whose body is a JSON object of any shape (this document itself).
+    fn any_object(mut self, status: u16, description: &str) -> Op {
+        let content = ContentBuilder::new()
+            .schema(Some(ObjectBuilder::new().schema_type(Type::Object)))
+            .build();
+        let response = ResponseBuilder::new()
+            .description(description)
+            .content("application/json", content);
+        self.responses = self
+            .responses
+            .response(status.to_string(), response.build());
+        self
+    }
+
     fn text(mut self, status: u16, description: &str, content_type: &str) -> Op {
         let content = ContentBuilder::new()
             .schema(Some(string_schema(None, None, None)))
@@ -393,9 +453,13 @@ fn request_id_param() -> Parameter {
         .required(Required::False)
         .description(Some(
             "A UUID per logical operation, reused on its retries: a write carrying it is \
-             applied once. Echoed on the answer; made up by the server when absent.",
+             applied once. Echoed on the answer; made up by the server when absent. A value \
+             that is not a hyphenated UUID (an empty one included) is refused with `400` \
+             (`invalid_request`; `invalid_argument` on `/v1beta`) and the connection closed.",
         ))
-        .schema(Some(uuid_schema()))
+        .schema(Some(uuid_schema().pattern(Some(
+            "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+        ))))
         .build()
 }
 
@@ -413,7 +477,7 @@ fn key_param() -> Parameter {
     path_param(
         "key",
         "The lock's key: 1–128 of letters, digits, `.`, `_`, `:`, `-`.",
-        string_schema(Some("^[A-Za-z0-9._:-]{1,128}$"), Some(1), Some(128)),
+        string_schema(Some(raftlock_api::locks::KEY_PATTERN), Some(1), Some(128)),
     )
 }
 
@@ -507,6 +571,19 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "dangling references: {missing:?}");
+    }
+
+    /// The `after` cursor of `GET /locks` is a key or empty: the document gives it the key
+    /// pattern with the empty string allowed.
+    #[test]
+    fn the_list_cursor_has_the_key_pattern() {
+        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let params = doc["paths"]["/locks"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        let after = params.iter().find(|p| p["name"] == "after").unwrap();
+        let key_or_empty = raftlock_api::locks::KEY_PATTERN.replace("{1,128}", "{0,128}");
+        assert_eq!(after["schema"]["pattern"], key_or_empty.as_str());
     }
 
     /// The committed `docs/openapi.json` is the generated document: regenerate it with

@@ -288,7 +288,7 @@ fn coordination_example(method: &str) -> Value {
             wait_group_name: group(),
             description: "Daily ETL batch".into(),
             counter: 100,
-            expires_at: 1_718_236_800_000_000_000,
+            expires_at: 4_102_444_800_000_000_000, // 2100-01-01: an example must stay valid
             delete_after_finished_seconds: 3600,
             metadata: meta("pipeline", "etl-daily"),
         }),
@@ -301,7 +301,7 @@ fn coordination_example(method: &str) -> Value {
             wait_group_name: group(),
             description: "Daily ETL batch (extended)".into(),
             counter: 110,
-            expires_at: 1_718_323_200_000_000_000,
+            expires_at: 4_102_531_200_000_000_000,
             delete_after_finished_seconds: 3600,
             metadata: Default::default(),
             expected_version: Some(1),
@@ -583,7 +583,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                 "The meta group and every data shard, as the node asked sees them",
             )
             .ok(200, "The shards, by id.", "ShardList")
-            .errors(&[401, 403])
+            .errors(&[400, 401, 403])
             .build(),
         ),
         (
@@ -591,7 +591,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             HttpMethod::Get,
             admin("clusterView", "This node's view of the cluster")
                 .ok(200, "The view.", "ClusterView")
-                .errors(&[401, 403])
+                .errors(&[400, 401, 403])
                 .build(),
         ),
         (
@@ -599,7 +599,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
             HttpMethod::Get,
             admin("clusterStatus", "Every member's view and health")
                 .ok(200, "The members as probed by this node.", "ClusterHealth")
-                .errors(&[401, 403])
+                .errors(&[400, 401, 403])
                 .build(),
         ),
         (
@@ -614,7 +614,7 @@ pub(super) fn admin_operations() -> Vec<(&'static str, HttpMethod, Operation)> {
                 "The backup file (`raftlock snapshot restore` reads it).",
                 "application/octet-stream",
             )
-            .errors(&[401, 403, 503])
+            .errors(&[400, 401, 403, 503])
             .build(),
         ),
     ]
@@ -649,7 +649,7 @@ pub(super) fn health_operations() -> Vec<(&'static str, HttpMethod, Operation)> 
             "/openapi.json",
             HttpMethod::Get,
             op("openapi", "This document")
-                .text(200, "OpenAPI 3.1.", "application/json")
+                .any_object(200, "OpenAPI 3.1.")
                 .build(),
         ),
     ]
