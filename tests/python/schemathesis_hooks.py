@@ -166,18 +166,26 @@ def _cut(text, limit):
     return text
 
 
-def _within_bytes(case, body):
-    if not _generated_valid(case, ParameterLocation.BODY):
-        return
-    if isinstance(body.get("description"), str):
-        body["description"] = _cut(body["description"], DESCRIPTION_BYTES)
-    metadata = body.get("metadata")
+def _fit_metadata(holder):
+    metadata = holder.get("metadata")
     if isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values()):
         fitted = {}
         for key, value in metadata.items():
             if isinstance(key, str):
                 fitted[_cut(key, METADATA_KEY_BYTES) or "k"] = _cut(value, METADATA_VALUE_BYTES)
-        body["metadata"] = fitted
+        holder["metadata"] = fitted
+
+
+def _within_bytes(case, body):
+    if not _generated_valid(case, ParameterLocation.BODY):
+        return
+    if isinstance(body.get("description"), str):
+        body["description"] = _cut(body["description"], DESCRIPTION_BYTES)
+    _fit_metadata(body)
+    # Completed jobs carry metadata of their own.
+    for job in body.get("jobs") or []:
+        if isinstance(job, dict):
+            _fit_metadata(job)
     scopes = body.get("scopes")
     if isinstance(scopes, list) and all(isinstance(x, str) for x in scopes):
         body["scopes"] = [_cut(x, SCOPE_BYTES) or "s" for x in scopes]

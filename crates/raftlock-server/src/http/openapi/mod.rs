@@ -573,6 +573,98 @@ mod tests {
         assert!(missing.is_empty(), "dangling references: {missing:?}");
     }
 
+    /// Every number the document states about a field is the validators' own constant
+    /// (utoipa's attributes take literals, so the document cannot read the constants; this
+    /// keeps the two from drifting apart).
+    #[test]
+    fn document_limits_are_the_validators_constants() {
+        use raftlock_core::validate as v;
+        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let n = |x: u64| Value::from(x);
+        let mut expected: Vec<(&str, &str, &str, Value)> = vec![
+            ("TtlRequest", "ttl_seconds", "minimum", n(v::MIN_LOCK_TTL)),
+            ("TtlRequest", "ttl_seconds", "maximum", n(v::MAX_LOCK_TTL)),
+        ];
+        for lease in ["CreateLockLeaseRequest", "RefreshLockLeaseRequest"] {
+            expected.push((lease, "ttl_seconds", "minimum", n(v::MIN_LEASE_TTL)));
+            expected.push((lease, "ttl_seconds", "maximum", n(v::MAX_LEASE_TTL)));
+        }
+        for blocking in [
+            "AcquireLockRequest",
+            "AcquireSemaphoreRequest",
+            "WaitAtBarrierRequest",
+            "WaitForWaitGroupRequest",
+        ] {
+            expected.push((blocking, "timeout_seconds", "minimum", n(0)));
+            expected.push((
+                blocking,
+                "timeout_seconds",
+                "maximum",
+                n(v::MAX_ACQUIRE_TIMEOUT),
+            ));
+        }
+        for (name, schema) in schemas.as_object().unwrap() {
+            if schema["properties"]["limit"].is_object() {
+                expected.push((name, "limit", "maximum", n(v::MAX_PAGE.into())));
+            }
+            if schema["properties"]["description"].is_object() && name.ends_with("Request") {
+                let max = v::MAX_DESCRIPTION as u64;
+                expected.push((name, "description", "maxLength", n(max)));
+            }
+        }
+        for group in ["CreateWaitGroupRequest", "UpdateWaitGroupRequest"] {
+            expected.push((group, "counter", "maximum", n(v::MAX_COUNTER)));
+            let field = "delete_after_finished_seconds";
+            expected.push((group, field, "minimum", n(v::MIN_RETENTION_SECONDS)));
+            expected.push((group, field, "maximum", n(v::MAX_RETENTION_SECONDS)));
+        }
+        for barrier in ["CreateBarrierRequest", "UpdateBarrierRequest"] {
+            let max = v::MAX_EXPECTED_PROCESSES;
+            expected.push((barrier, "expected_processes", "maximum", n(max)));
+            let field = "delete_inactive_after_seconds";
+            expected.push((barrier, field, "minimum", n(v::MIN_RETENTION_SECONDS)));
+            expected.push((barrier, field, "maximum", n(v::MAX_RETENTION_SECONDS)));
+        }
+        let jobs = v::MAX_JOBS_PER_REPORT as u64;
+        expected.push((
+            "CompleteJobsFromWaitGroupRequest",
+            "jobs",
+            "maxItems",
+            n(jobs),
+        ));
+        expected.push((
+            "NewKeyRequest",
+            "scopes",
+            "maxItems",
+            n(v::MAX_SCOPES as u64),
+        ));
+        let mut wrong = Vec::new();
+        for (schema, field, keyword, want) in &expected {
+            let got = &schemas[*schema]["properties"][*field][*keyword];
+            if got != want {
+                wrong.push(format!("{schema}.{field}.{keyword}: {got} != {want}"));
+            }
+        }
+        let metadata = &schemas["Metadata"];
+        let pairs = [
+            (&metadata["maxProperties"], v::MAX_METADATA_ENTRIES),
+            (&metadata["propertyNames"]["maxLength"], v::MAX_METADATA_KEY),
+            (
+                &metadata["additionalProperties"]["maxLength"],
+                v::MAX_METADATA_VALUE,
+            ),
+            (&schemas["Scope"]["maxLength"], v::MAX_SCOPE),
+        ];
+        for (got, want) in pairs {
+            if *got != n(want as u64) {
+                wrong.push(format!("Metadata/Scope: {got} != {want}"));
+            }
+        }
+        assert!(expected.len() > 40, "{} limits checked", expected.len());
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     /// The `after` cursor of `GET /locks` is a key or empty: the document gives it the key
     /// pattern with the empty string allowed.
     #[test]
