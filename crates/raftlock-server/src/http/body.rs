@@ -157,11 +157,8 @@ pub async fn read(body: Body, d: Dialect) -> Result<Bytes, ApiError> {
 /// (`60.0`) is accepted where an integer is expected: JSON does not tell them apart (JSON
 /// Schema calls `60.0` an integer), and some encoders write every number that way.
 pub fn json<T: DeserializeOwned>(bytes: &[u8], d: Dialect) -> Result<T, ApiError> {
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
+    // No body at all is `{}` (every field at its default); a body of blanks is not JSON.
+    let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
     // Every request body is an object: serde would also read a struct from an array of its
     // fields in order (`[null, null]`), which the document forbids and no client means.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
@@ -242,6 +239,22 @@ mod tests {
         ] {
             let ttl = json::<Ttl>(body, Dialect::Locks).unwrap();
             assert_eq!(ttl.ttl_seconds, 60);
+        }
+    }
+
+    #[derive(serde::Deserialize, Debug, Default)]
+    struct Page {
+        #[serde(default)]
+        limit: u32,
+    }
+
+    #[test]
+    fn no_body_is_an_empty_object_but_blanks_are_not_json() {
+        assert_eq!(json::<Page>(b"", Dialect::Rpc).unwrap().limit, 0);
+        assert_eq!(json::<Page>(b" {} ", Dialect::Rpc).unwrap().limit, 0);
+        for blank in [&b" "[..], b"\n", b" \t "] {
+            let e = json::<Page>(blank, Dialect::Rpc).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{blank:?}");
         }
     }
 
