@@ -255,7 +255,9 @@ async fn errors_use_grpc_codes() -> anyhow::Result<()> {
             json!({ "namespace_name": "UserObjects", "description": "x", "expected_version": 7 }),
         )
         .await?;
-    assert_eq!((ver.status, ver.code()), (400, "invalid_argument"));
+    // A well-formed update that the namespace's current version refuses: 409, not 400
+    // (docs/semantics.md, deliberate differences).
+    assert_eq!((ver.status, ver.code()), (409, "failed_precondition"));
     // An update is always conditional (Grackle: versions start at 1, <= 0 is invalid):
     // without expected_version, or with 0, it is refused and changes nothing.
     let before = api

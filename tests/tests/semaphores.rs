@@ -126,7 +126,14 @@ async fn every_semaphore_method_and_its_documented_errors() -> anyhow::Result<()
     assert!(second["fencing_token"].as_u64().unwrap() > token_a);
     let too_heavy =
         json!({ "namespace_name": NS, "semaphore_name": "partner_1", "lease_id": a, "weight": 6 });
-    let message = refused(&api, "AcquireSemaphore", too_heavy, 400, "invalid_argument").await?;
+    let message = refused(
+        &api,
+        "AcquireSemaphore",
+        too_heavy,
+        409,
+        "failed_precondition",
+    )
+    .await?;
     assert!(
         message.contains("weight: exceeds semaphore permits"),
         "{message}"
@@ -167,8 +174,8 @@ async fn every_semaphore_method_and_its_documented_errors() -> anyhow::Result<()
         &api,
         "UpdateSemaphore",
         update(10, json!(7)),
-        400,
-        "invalid_argument",
+        409,
+        "failed_precondition",
     )
     .await?;
     refused(
@@ -183,8 +190,8 @@ async fn every_semaphore_method_and_its_documented_errors() -> anyhow::Result<()
         &api,
         "UpdateSemaphore",
         update(4, json!(1)),
-        400,
-        "invalid_argument",
+        409,
+        "failed_precondition",
     )
     .await?;
     assert!(message.contains("permits"), "{message}");

@@ -122,8 +122,8 @@ impl Client {
             .await
     }
 
-    /// `UpdateNamespace`: `expected_version` is required (the version read last); absent or
-    /// mismatching → `invalid_argument`, nothing changes.
+    /// `UpdateNamespace`: `expected_version` is required (the version read last); absent →
+    /// `invalid_argument`, not the current version → `failed_precondition`; nothing changes.
     pub async fn update_namespace(&self, req: &UpdateNamespaceRequest) -> Result<Namespace> {
         let body = req;
         self.rpc_field("UpdateNamespace", &body, |r: NamespaceResponse| r.namespace)

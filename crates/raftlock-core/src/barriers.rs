@@ -244,14 +244,14 @@ impl Barriers {
     ) -> Result<BarrierView> {
         let change = self.records.change(project, ns, name, |b, usage| {
             if expected_version != Some(b.version) {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "expected_version",
                     format!("does not match the current version {}", b.version),
                 ));
             }
             let arrived = b.arrived.len() as u64;
             if spec.expected_processes < arrived {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "expected_processes",
                     format!("must be at least arrived_processes ({arrived})"),
                 ));
@@ -440,7 +440,7 @@ fn arrive_at(
         if was_there {
             return Ok((None, Arrived::TrippedBefore));
         }
-        return Err(CoreError::invalid(
+        return Err(CoreError::conflict(
             "expected_generation",
             format!(
                 "generation {} has already tripped; the barrier is at generation {}",
@@ -449,7 +449,7 @@ fn arrive_at(
         ));
     }
     if a.expected_generation > b.generation {
-        return Err(CoreError::invalid(
+        return Err(CoreError::conflict(
             "expected_generation",
             format!("is ahead of the barrier's generation {}", b.generation),
         ));

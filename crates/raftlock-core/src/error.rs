@@ -24,9 +24,24 @@ pub enum CoreError {
     /// A quota would be exceeded.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A well-formed request the object's current state refuses: a version that is not the
+    /// current one, permits below the weight held, a report above the counter, a generation
+    /// already tripped… `field` names what to read again. Distinct from [`CoreError::Invalid`],
+    /// which no state could accept: a client can tell a retry after a read might succeed.
+    /// (Last, so the encodings of the older variants do not change.)
+    #[error("{field}: {message}")]
+    Conflict { field: String, message: String },
 }
 
 impl CoreError {
+    /// Shorthand for a [`CoreError::Conflict`] error.
+    pub fn conflict(field: &str, message: impl Into<String>) -> Self {
+        CoreError::Conflict {
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
     /// Shorthand for an [`CoreError::Invalid`] error.
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
         CoreError::Invalid {

@@ -273,20 +273,20 @@ impl WaitGroups {
     ) -> Result<WaitGroupView> {
         let (old_expiry, completed) = self.with_group(project, ns, name, |g, usage| {
             if g.status != Status::Active {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "wait_group_name",
                     "has finished; only an active wait group can be updated",
                 ));
             }
             if expected_version != Some(g.version) {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "expected_version",
                     format!("does not match the current version {}", g.version),
                 ));
             }
             let completed = g.jobs.len() as u64;
             if spec.counter < completed {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "counter",
                     format!("must be at least completed_jobs ({completed})"),
                 ));
@@ -356,14 +356,14 @@ impl WaitGroups {
                 return Ok(false);
             }
             if g.status != Status::Active {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "wait_group_name",
                     "has finished; it takes no new jobs",
                 ));
             }
             let completed = g.jobs.len() as u64 + new.len() as u64;
             if completed > g.counter {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "jobs",
                     format!(
                         "would push completed_jobs to {completed}, above counter {}",

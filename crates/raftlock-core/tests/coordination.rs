@@ -154,7 +154,7 @@ fn a_wait_group_completes_exactly_at_its_counter_of_distinct_jobs() {
     assert_eq!((g.completed_jobs, g.status), (2, WaitGroupStatus::Active));
     // A batch that would pass the counter is refused whole.
     let over = w.complete("g", &["c", "d"]).unwrap_err();
-    assert!(matches!(over, CoreError::Invalid { ref field, .. } if field == "jobs"));
+    assert!(matches!(over, CoreError::Conflict { ref field, .. } if field == "jobs"));
     assert_eq!(w.get_group("g").unwrap().completed_jobs, 2);
     w.woken();
     w.t += SECOND;
@@ -200,17 +200,20 @@ fn a_wait_group_expires_at_its_deadline_and_updates_follow_the_rules() {
             expected_version: version,
         })
     };
-    for (op, field) in [
-        (update(1, 60, Some(1), w.t), "counter"),
-        (update(6, 60, Some(9), w.t), "expected_version"),
-        (update(6, 60, None, w.t), "expected_version"),
-        (update(6, -1, Some(1), w.t), "expires_at"),
+    // (update, field, refused by the group's state rather than by the request alone)
+    for (op, field, by_state) in [
+        (update(1, 60, Some(1), w.t), "counter", true),
+        (update(6, 60, Some(9), w.t), "expected_version", true),
+        (update(6, 60, None, w.t), "expected_version", false),
+        (update(6, -1, Some(1), w.t), "expires_at", false),
     ] {
         let err = w.apply(op).unwrap_err();
-        assert!(
-            matches!(err, CoreError::Invalid { field: ref f, .. } if f == field),
-            "{err:?}"
-        );
+        let refused = match (&err, by_state) {
+            (CoreError::Conflict { field: f, .. }, true) => f == field,
+            (CoreError::Invalid { field: f, .. }, false) => f == field,
+            _ => false,
+        };
+        assert!(refused, "{err:?}");
     }
     let g = match w.apply(update(6, 200, Some(1), w.t)).unwrap() {
         Reply::WaitGroup(g) => g,
@@ -282,7 +285,7 @@ fn a_barrier_trips_only_when_every_expected_process_arrived() {
     assert!(!w.arrive("phase", "b", 1).unwrap().1);
     let ahead = w.arrive("phase", "c", 2).unwrap_err();
     assert!(
-        matches!(ahead, CoreError::Invalid { ref field, .. } if field == "expected_generation")
+        matches!(ahead, CoreError::Conflict { ref field, .. } if field == "expected_generation")
     );
     w.woken();
     let (b, all) = w.arrive("phase", "c", 1).unwrap();
@@ -319,7 +322,9 @@ fn lowering_expected_processes_to_the_arrived_trips_and_idle_barriers_go() {
         })
     };
     let below = w.apply(update(1, 1)).unwrap_err();
-    assert!(matches!(below, CoreError::Invalid { ref field, .. } if field == "expected_processes"));
+    assert!(
+        matches!(below, CoreError::Conflict { ref field, .. } if field == "expected_processes")
+    );
     let b = match w.apply(update(2, 1)).unwrap() {
         Reply::Barrier(b) => b,
         other => panic!("{other:?}"),

@@ -174,7 +174,7 @@ fn create_get_list_and_their_errors() {
 }
 
 #[test]
-fn acquires_are_all_or_none_and_weight_above_permits_is_invalid() {
+fn acquires_are_all_or_none_and_weight_above_permits_is_refused() {
     let mut w = World::new();
     w.create("s", 5);
     for l in ["a", "b", "c"] {
@@ -203,7 +203,7 @@ fn acquires_are_all_or_none_and_weight_above_permits_is_invalid() {
         (5, 2)
     );
     let too_heavy = w.acquire("s", "c", 6, None).unwrap_err();
-    assert!(matches!(too_heavy, CoreError::Invalid { ref field, .. } if field == "weight"));
+    assert!(matches!(too_heavy, CoreError::Conflict { ref field, .. } if field == "weight"));
     assert_eq!(
         w.acquire("nope", "c", 1, None).unwrap_err(),
         CoreError::NotFound("semaphore".into())
@@ -426,16 +426,19 @@ fn updates_are_conditional_and_cannot_shrink_below_what_is_held() {
             expected_version,
         })
     };
-    for (permits, version, field) in [
-        (8, None, "expected_version"),
-        (8, Some(2), "expected_version"),
-        (2, Some(1), "permits"),
+    // (permits, expected version, field, refused by the semaphore's state)
+    for (permits, version, field, by_state) in [
+        (8, None, "expected_version", false),
+        (8, Some(2), "expected_version", true),
+        (2, Some(1), "permits", true),
     ] {
         let err = w.apply(update(permits, version)).unwrap_err();
-        assert!(
-            matches!(err, CoreError::Invalid { field: ref f, .. } if f == field),
-            "{err:?}"
-        );
+        let refused = match (&err, by_state) {
+            (CoreError::Conflict { field: f, .. }, true) => f == field,
+            (CoreError::Invalid { field: f, .. }, false) => f == field,
+            _ => false,
+        };
+        assert!(refused, "{err:?}");
     }
     assert_eq!(w.get("s").version, 1, "refused updates change nothing");
     w.resolved();

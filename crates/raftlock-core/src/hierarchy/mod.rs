@@ -348,7 +348,7 @@ impl Hierarchy {
             }
             if let Some(expected) = expected_version.filter(|v| *v != 0) {
                 if expected != ns.version {
-                    return Err(CoreError::invalid(
+                    return Err(CoreError::conflict(
                         "expected_version",
                         format!(
                             "is {expected} but the namespace is at version {}",

@@ -370,14 +370,14 @@ impl Semaphores {
         self.with_space(project, namespace, |space, book| {
             let sem = space.semaphore(name)?;
             if expected_version != Some(sem.version) {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "expected_version",
                     format!("does not match the current version {}", sem.version),
                 ));
             }
             let held = sem.active();
             if permits < held {
-                return Err(CoreError::invalid(
+                return Err(CoreError::conflict(
                     "permits",
                     format!("must be at least active_holds ({held})"),
                 ));
@@ -529,7 +529,7 @@ impl Semaphores {
         let outcome = self.with_space(project, namespace, |space, book| {
             let (sem, leases) = space.semaphore_and_leases(name, a.lease_id, t)?;
             if a.weight > sem.permits {
-                return Err(CoreError::invalid("weight", "exceeds semaphore permits"));
+                return Err(CoreError::conflict("weight", "exceeds semaphore permits"));
             }
             if a.wait.is_some_and(|w| sem.is_queued(&w.waiter_id)) {
                 return Ok((AcquireOutcome::Unavailable, 0));

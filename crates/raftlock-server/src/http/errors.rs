@@ -147,6 +147,12 @@ impl ApiError {
         let message = err.to_string();
         match (&err, dialect) {
             (CoreError::Invalid { .. }, _) => ApiError::bad_request(dialect, message),
+            (CoreError::Conflict { .. }, _) => {
+                ApiError::new(dialect, StatusCode::CONFLICT, message).with_code(match dialect {
+                    Dialect::Locks => Code::Locks(LocksErrorCode::Conflict),
+                    Dialect::Rpc => Code::Rpc(RpcErrorCode::FailedPrecondition),
+                })
+            }
             (CoreError::LockHeld, _) => ApiError::new(dialect, StatusCode::CONFLICT, message)
                 .with_code(match dialect {
                     Dialect::Locks => Code::Locks(LocksErrorCode::LockHeld),
