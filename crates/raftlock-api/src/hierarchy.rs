@@ -255,7 +255,10 @@ pub struct RefreshLockLeaseRequest {
     pub namespace_name: String,
     /// The lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
     /// New lease length, 1–300 seconds.
     #[serde(default)]
@@ -276,7 +279,10 @@ pub struct LeaseRequest {
     pub namespace_name: String,
     /// The lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
 }
 
@@ -316,7 +322,10 @@ pub struct AcquireLockRequest {
     pub lock_name: String,
     /// The holding lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
     /// Exclusive (true) or shared (false).
     #[serde(default)]
@@ -344,7 +353,10 @@ pub struct ReleaseLockRequest {
     pub lock_name: String,
     /// The holding lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
 }
 

@@ -186,7 +186,10 @@ pub struct AcquireSemaphoreRequest {
     pub semaphore_name: String,
     /// The holding semaphore lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
     /// Permits to hold, 1–`permits` (a re-acquire sets the holder's weight to this).
     #[serde(default)]
@@ -218,7 +221,10 @@ pub struct ReleaseSemaphoreRequest {
     pub semaphore_name: String,
     /// The holding semaphore lease.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LeaseId))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::schemas::LeaseId, required = true)
+    )]
     pub lease_id: String,
 }
 

@@ -665,6 +665,82 @@ mod tests {
         assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
+    /// docs/api.md and the document agree on the hierarchical API: every method of the
+    /// document has a row in the reference, and the row's request lists exactly the fields
+    /// the document's request schema has — with `?` on exactly the ones it does not require.
+    #[test]
+    fn the_reference_lists_every_method_and_field_of_the_document() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let reference = std::fs::read_to_string(path).unwrap();
+        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let mut differences = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let Some(method) = path.strip_prefix("/v1beta/") else {
+                continue;
+            };
+            let row_start = format!("| `{method}`");
+            let Some(row) = reference.lines().find(|l| {
+                l.starts_with(&row_start) && l[row_start.len()..].starts_with([' ', '|'])
+            }) else {
+                differences.push(format!("{method}: no row in docs/api.md"));
+                continue;
+            };
+            let request = row.split('|').nth(2).unwrap_or_default();
+            let listed = request_fields(request);
+            let body = &item["post"]["requestBody"]["content"]["application/json"]["schema"];
+            let name = body["$ref"].as_str().unwrap().rsplit('/').next().unwrap();
+            let schema = &schemas[name];
+            let required: Vec<&str> = (schema["required"].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+                .collect();
+            let mut documented: Vec<(String, bool)> = (schema["properties"].as_object())
+                .into_iter()
+                .flatten()
+                .map(|(field, _)| (field.clone(), !required.contains(&field.as_str())))
+                .collect();
+            documented.sort();
+            if listed != documented {
+                differences.push(format!(
+                    "{method}: docs/api.md {listed:?}, document {documented:?}"
+                ));
+            }
+        }
+        assert!(differences.is_empty(), "{differences:#?}");
+    }
+
+    /// `(field, optional)` of a reference row's request, `{a, b?, jobs: [{…}]}`, sorted.
+    fn request_fields(cell: &str) -> Vec<(String, bool)> {
+        let Some(start) = cell.find('{') else {
+            return Vec::new();
+        };
+        let mut depth = 0;
+        let mut fields = Vec::new();
+        let mut current = String::new();
+        for c in cell[start + 1..].chars() {
+            match c {
+                '{' | '[' => depth += 1,
+                '}' | ']' if depth > 0 => depth -= 1,
+                '}' => break,
+                ',' if depth == 0 => fields.push(std::mem::take(&mut current)),
+                _ if depth == 0 => current.push(c),
+                _ => {}
+            }
+        }
+        fields.push(current);
+        let mut out: Vec<(String, bool)> = fields
+            .iter()
+            .map(|f| f.split(':').next().unwrap_or_default().trim())
+            .filter(|f| !f.is_empty())
+            .map(|f| match f.strip_suffix('?') {
+                Some(name) => (name.to_string(), true),
+                None => (f.to_string(), false),
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The `after` cursor of `GET /locks` is a key or empty: the document gives it the key
     /// pattern with the empty string allowed.
     #[test]
