@@ -539,6 +539,23 @@ pub fn cluster_view(node: &Node) -> ClusterView {
     }
 }
 
+/// A member's admin answer of type `T`, or `None` when it does not give one in time.
+async fn admin_get<T: serde::de::DeserializeOwned>(
+    node: &Node,
+    token: &str,
+    addr: &str,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Option<T> {
+    let answer = (node.forward_client.get(node.peer_url(addr, path)))
+        .bearer_auth(token)
+        .timeout(timeout)
+        .send()
+        .await
+        .ok()?;
+    answer.error_for_status().ok()?.json::<T>().await.ok()
+}
+
 /// Every member's own view and health, gathered by this node (members that do not answer
 /// within a second are reported unreachable).
 async fn cluster_status(
@@ -563,32 +580,16 @@ async fn cluster_status(
         async move {
             let client = &node.forward_client;
             let timeout = std::time::Duration::from_secs(1);
-            let view = client
-                .get(node.peer_url(&addr, "/admin/v1/cluster"))
-                .bearer_auth(&token)
-                .timeout(timeout)
-                .send()
-                .await;
-            let view = match view {
-                Ok(r) if r.status().is_success() => r.json::<ClusterView>().await.ok(),
-                _ => None,
-            };
+            let view: Option<ClusterView> =
+                admin_get(&node, &token, &addr, "/admin/v1/cluster", timeout).await;
             let ready = client
                 .get(node.peer_url(&addr, "/readyz"))
                 .timeout(timeout)
                 .send()
                 .await;
             let ready = ready.map(|r| r.status().is_success()).unwrap_or(false);
-            let shards = client
-                .get(node.peer_url(&addr, "/admin/v1/shards"))
-                .bearer_auth(&token)
-                .timeout(timeout)
-                .send()
-                .await;
-            let shards = match shards {
-                Ok(r) if r.status().is_success() => r.json::<ShardList>().await.ok(),
-                _ => None,
-            };
+            let shards: Option<ShardList> =
+                admin_get(&node, &token, &addr, "/admin/v1/shards", timeout).await;
             let probe = NodeProbe {
                 id,
                 addr,
