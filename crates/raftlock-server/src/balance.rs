@@ -2,8 +2,8 @@
 //! meta group goes to a node with few. Every node runs a balancer that, when it leads at
 //! least two shards more than some member of one of them, hands that shard over to the
 //! member leading the fewest (today's hand-off, per group: no pause beyond one election);
-//! the meta group moves the same way, counted with the shards ([`next_move`]). A node counts only the groups it hosts a replica
-//! of — the leaders it can see — so the spread is even among nodes that share groups, which
+//! the meta group moves the same way, counted with the shards ([`next_move`]). A node counts
+//! only the groups it hosts a replica of — the leaders it can see — so the spread is even among nodes that share groups, which
 //! is where it matters: those are the nodes whose CPUs and disks the groups' writes share.
 
 use std::collections::{BTreeMap, BTreeSet};
