@@ -167,16 +167,26 @@ async fn service_key(http: &reqwest::Client, base: &str, platform: &str) -> Resu
     Ok(key["secret"].as_str().context("key secret")?.to_string())
 }
 
-/// The cluster view of the node at `base` (`http(s)://host:port`).
-async fn view(http: &reqwest::Client, base: &str, platform: &str) -> Option<Value> {
+/// The JSON answer of the node at `base` (`http(s)://host:port`) to an admin `GET path`.
+async fn admin_get(
+    http: &reqwest::Client,
+    base: &str,
+    platform: &str,
+    path: &str,
+) -> Option<Value> {
     let r = http
-        .get(format!("{base}/admin/v1/cluster"))
+        .get(format!("{base}{path}"))
         .bearer_auth(platform)
         .timeout(Duration::from_secs(2))
         .send()
         .await
         .ok()?;
     r.json().await.ok()
+}
+
+/// The cluster view of the node at `base`.
+async fn view(http: &reqwest::Client, base: &str, platform: &str) -> Option<Value> {
+    admin_get(http, base, platform, "/admin/v1/cluster").await
 }
 
 #[tokio::test]
@@ -411,14 +421,7 @@ async fn data_shards(
     base: &str,
     platform: &str,
 ) -> Option<Vec<(u64, Vec<u64>, Option<u64>)>> {
-    let r = http
-        .get(format!("{base}/admin/v1/shards"))
-        .bearer_auth(platform)
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
-    let v: Value = r.json().await.ok()?;
+    let v = admin_get(http, base, platform, "/admin/v1/shards").await?;
     let shards = v["shards"].as_array()?.iter().filter(|s| s["id"] != 0);
     let shards = shards.map(|s| {
         let members = s["members"].as_array().into_iter().flatten();
