@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::paging::{list_response, namespace_list_request};
+use crate::paging::{list_response, request};
 
 /// A barrier as it is at the time of the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,174 +64,118 @@ pub enum BarrierWaitOutcome {
 
 // ---- requests --------------------------------------------------------------------------
 
-/// `CreateBarrier`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CreateBarrierRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The new barrier's name.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
-    /// Up to 1024 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// Processes that must arrive, 1–1,000,000.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 1_000_000)
-    )]
-    pub expected_processes: u64,
-    /// Idle time before deletion, 60–2,592,000 s.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 60, maximum = 2_592_000)
-    )]
-    pub delete_inactive_after_seconds: u64,
-    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `CreateBarrier`.
+    CreateBarrierRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The new barrier's name.",
+        @description "Up to 1024 bytes.",
+        /// Processes that must arrive, 1–1,000,000.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 1_000_000)
+        )]
+        pub expected_processes: u64,
+        /// Idle time before deletion, 60–2,592,000 s.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 60, maximum = 2_592_000)
+        )]
+        pub delete_inactive_after_seconds: u64,
+        @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
+    }
 }
 
-/// `GetBarrier` and `DeleteBarrier` (deleting an absent barrier is not an error).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct BarrierRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The barrier.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
+request! {
+    /// `GetBarrier` and `DeleteBarrier` (deleting an absent barrier is not an error).
+    BarrierRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The barrier.",
+    }
 }
 
-/// `UpdateBarrier`: a full replacement, applied only when `expected_version` (required) is
-/// the current version. Lowering `expected_processes` to `arrived_processes` trips it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct UpdateBarrierRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The barrier.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
-    /// New description.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// New count, at least `arrived_processes`.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 1_000_000)
-    )]
-    pub expected_processes: u64,
-    /// New idle time before deletion, 60–2,592,000 s.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 60, maximum = 2_592_000)
-    )]
-    pub delete_inactive_after_seconds: u64,
-    /// New metadata.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
-    /// Required: the version the update is based on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = u64, required = true, minimum = 1)
-    )]
-    pub expected_version: Option<u64>,
+request! {
+    /// `UpdateBarrier`: a full replacement, applied only when `expected_version` (required) is
+    /// the current version. Lowering `expected_processes` to `arrived_processes` trips it.
+    UpdateBarrierRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The barrier.",
+        @description "New description.",
+        /// New count, at least `arrived_processes`.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 1_000_000)
+        )]
+        pub expected_processes: u64,
+        /// New idle time before deletion, 60–2,592,000 s.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 60, maximum = 2_592_000)
+        )]
+        pub delete_inactive_after_seconds: u64,
+        @metadata "New metadata.",
+        @expected_version,
+    }
 }
 
-namespace_list_request! {
-/// `ListBarriers`.
-ListBarriersRequest
+request! {
+    /// `ListBarriers`.
+    ListBarriersRequest {
+        @namespace,
+        @page,
+    }
 }
 
-/// `ArriveAtBarrier`: records an arrival for `expected_generation` (the current one) and
-/// answers at once; idempotent per (generation, process).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ArriveAtBarrierRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The barrier.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
-    /// The arriving process, 1–128 of `[-_0-9a-zA-Z]`.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub process_id: String,
-    /// The generation the process arrives at (≥ 1).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-    pub expected_generation: u64,
-    /// Participant metadata.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `ArriveAtBarrier`: records an arrival for `expected_generation` (the current one) and
+    /// answers at once; idempotent per (generation, process).
+    ArriveAtBarrierRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The barrier.",
+        /// The arriving process, 1–128 of `[-_0-9a-zA-Z]`.
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+        pub process_id: String,
+        /// The generation the process arrives at (≥ 1).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+        pub expected_generation: u64,
+        @metadata "Participant metadata.",
+    }
 }
 
-/// `WaitAtBarrier`: blocks on the server until generation `expected_generation` has tripped
-/// or `timeout_seconds` pass; registers no arrival.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct WaitAtBarrierRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The barrier.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
-    /// The generation waited for (≥ 1).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-    pub expected_generation: u64,
-    /// Seconds to wait, 0–300 (0: answer at once).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
-    pub timeout_seconds: u64,
+request! {
+    /// `WaitAtBarrier`: blocks on the server until generation `expected_generation` has tripped
+    /// or `timeout_seconds` pass; registers no arrival.
+    WaitAtBarrierRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The barrier.",
+        /// The generation waited for (≥ 1).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+        pub expected_generation: u64,
+        /// Seconds to wait, 0–300 (0: answer at once).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+        pub timeout_seconds: u64,
+    }
 }
 
-/// `ListBarrierParticipants` of one generation (the current one or one of the 8 before it),
-/// by process id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListBarrierParticipantsRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The barrier.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub barrier_name: String,
-    /// The generation (≥ 1).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-    pub generation: u64,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Empty for the first page; else a `next_pagination_token` or
-    /// `previous_pagination_token` this server issued for the same list, as it was issued:
-    /// any other value is refused with `invalid_argument` (tokens are opaque).
-    #[serde(default)]
-    pub pagination_token: String,
+request! {
+    /// `ListBarrierParticipants` of one generation (the current one or one of the 8 before it),
+    /// by process id.
+    ListBarrierParticipantsRequest {
+        @namespace,
+        @named barrier_name: PrimitiveName "The barrier.",
+        /// The generation (≥ 1).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
+        pub generation: u64,
+        @page,
+    }
 }
 
 // ---- responses -------------------------------------------------------------------------

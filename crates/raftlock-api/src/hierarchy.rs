@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::paging::{list_response, namespace_list_request};
+use crate::paging::{list_response, request};
 
 use std::collections::BTreeMap;
 
@@ -141,251 +141,146 @@ pub enum ContentionReason {
 
 // ---- requests --------------------------------------------------------------------------
 
-/// `CreateNamespace`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CreateNamespaceRequest {
-    /// Name, 1–128 of `[-_0-9a-zA-Z]`.
-    #[serde(alias = "namespace_name")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub name: String,
-    /// Up to 1024 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `CreateNamespace`.
+    CreateNamespaceRequest {
+        /// Name, 1–128 of `[-_0-9a-zA-Z]`.
+        #[serde(alias = "namespace_name")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+        pub name: String,
+        @description "Up to 1024 bytes.",
+        @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
+    }
 }
 
-/// `GetNamespace` and `DeleteNamespace` (deleting an absent namespace is not an error).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NamespaceRequest {
-    /// The namespace.
-    #[serde(alias = "name")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
+request! {
+    /// `GetNamespace` and `DeleteNamespace` (deleting an absent namespace is not an error).
+    NamespaceRequest {
+        /// The namespace.
+        #[serde(alias = "name")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+        pub namespace_name: String,
+    }
 }
 
-/// `UpdateNamespace`: a full replacement of description and metadata, applied only when
-/// `expected_version` (required) is the current version.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct UpdateNamespaceRequest {
-    /// The namespace.
-    #[serde(alias = "name")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// New description.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// New metadata.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
-    /// Required: the version the update is based on (versions start at 1); a mismatch is
-    /// `invalid_argument` and changes nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = u64, required = true, minimum = 1)
-    )]
-    pub expected_version: Option<u64>,
+request! {
+    /// `UpdateNamespace`: a full replacement of description and metadata, applied only when
+    /// `expected_version` (required) is the current version.
+    UpdateNamespaceRequest {
+        /// The namespace.
+        #[serde(alias = "name")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
+        pub namespace_name: String,
+        @description "New description.",
+        @metadata "New metadata.",
+        @expected_version,
+    }
 }
 
-/// `ListNamespaces`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListNamespacesRequest {
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Empty for the first page; else a `next_pagination_token` or
-    /// `previous_pagination_token` this server issued for the same list, as it was issued:
-    /// any other value is refused with `invalid_argument` (tokens are opaque).
-    #[serde(default)]
-    pub pagination_token: String,
+request! {
+    /// `ListNamespaces`.
+    ListNamespacesRequest {
+        @page,
+    }
 }
 
-/// `CreateLockLease`: every call makes a new lease.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CreateLockLeaseRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The owner's self-chosen id, 1–128 characters, none of them a control character.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(
-            required = true,
-            min_length = 1,
-            max_length = 128,
-            pattern = r"^[^\x00-\x1F\x7F-\x9F]{1,128}$"
-        )
-    )]
-    pub process_id: String,
-    /// Lease length, 1–300 seconds.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 300)
-    )]
-    pub ttl_seconds: u64,
+request! {
+    /// `CreateLockLease`: every call makes a new lease.
+    CreateLockLeaseRequest {
+        @namespace,
+        /// The owner's self-chosen id, 1–128 characters, none of them a control character.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(
+                required = true,
+                min_length = 1,
+                max_length = 128,
+                pattern = r"^[^\x00-\x1F\x7F-\x9F]{1,128}$"
+            )
+        )]
+        pub process_id: String,
+        @ttl "Lease length, 1–300 seconds.",
+    }
 }
 
-/// `RefreshLockLease`: `expires_at = now + ttl` for the lease and its locks; an expired lease
-/// is released and answers `not_found`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct RefreshLockLeaseRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
-    /// New lease length, 1–300 seconds.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 300)
-    )]
-    pub ttl_seconds: u64,
+request! {
+    /// `RefreshLockLease`: `expires_at = now + ttl` for the lease and its locks; an expired lease
+    /// is released and answers `not_found`.
+    RefreshLockLeaseRequest {
+        @namespace,
+        @lease "The lease.",
+        @ttl "New lease length, 1–300 seconds.",
+    }
 }
 
-/// `GetLockLease` and `RevokeLockLease` (revoking releases every lock the lease holds).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LeaseRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
+request! {
+    /// `GetLockLease` and `RevokeLockLease` (revoking releases every lock the lease holds).
+    LeaseRequest {
+        @namespace,
+        @lease "The lease.",
+    }
 }
 
-/// `ListLockLeases`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListLockLeasesRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Only this process's leases (empty: all).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
-    pub process_id: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Empty for the first page; else a `next_pagination_token` or
-    /// `previous_pagination_token` this server issued for the same list, as it was issued:
-    /// any other value is refused with `invalid_argument` (tokens are opaque).
-    #[serde(default)]
-    pub pagination_token: String,
+request! {
+    /// `ListLockLeases`.
+    ListLockLeasesRequest {
+        @namespace,
+        /// Only this process's leases (empty: all).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(max_length = 128))]
+        pub process_id: String,
+        @page,
+    }
 }
 
-/// `AcquireLock`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct AcquireLockRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Lock path, `/`-separated.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
-    pub lock_name: String,
-    /// The holding lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
-    /// Exclusive (true) or shared (false).
-    #[serde(default)]
-    pub exclusive: bool,
-    /// Seconds to wait on the server in the lock's FIFO queue, 0–300 (0: answer at once).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
-    pub timeout_seconds: u64,
-    /// Holder metadata (kept from the first acquire of this lease).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `AcquireLock`.
+    AcquireLockRequest {
+        @namespace,
+        @named lock_name: LockName "Lock path, `/`-separated.",
+        @lease "The holding lease.",
+        /// Exclusive (true) or shared (false).
+        #[serde(default)]
+        pub exclusive: bool,
+        /// Seconds to wait on the server in the lock's FIFO queue, 0–300 (0: answer at once).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+        pub timeout_seconds: u64,
+        @metadata "Holder metadata (kept from the first acquire of this lease).",
+    }
 }
 
-/// `ReleaseLock`: `not_found` when the lease does not exist.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ReleaseLockRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Lock path.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
-    pub lock_name: String,
-    /// The holding lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
+request! {
+    /// `ReleaseLock`: `not_found` when the lease does not exist.
+    ReleaseLockRequest {
+        @namespace,
+        @named lock_name: LockName "Lock path.",
+        @lease "The holding lease.",
+    }
 }
 
-/// `GetLock` and `DeleteLock` (deleting drops every holder and waiter of the lock).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LockRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// Lock path.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::LockName))]
-    pub lock_name: String,
+request! {
+    /// `GetLock` and `DeleteLock` (deleting drops every holder and waiter of the lock).
+    LockRequest {
+        @namespace,
+        @named lock_name: LockName "Lock path.",
+    }
 }
 
-namespace_list_request! {
-/// `ListLocks` (only locked locks are listed).
-ListLocksRequest
+request! {
+    /// `ListLocks` (only locked locks are listed).
+    ListLocksRequest {
+        @namespace,
+        @page,
+    }
 }
 
-/// `ListWaiters` (raftlock's extension): the queued blocking acquires of a namespace.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListWaitersRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
+request! {
+    /// `ListWaiters` (raftlock's extension): the queued blocking acquires of a namespace.
+    ListWaitersRequest {
+        @namespace,
+    }
 }
 
 // ---- responses -------------------------------------------------------------------------

@@ -19,8 +19,9 @@
 //! - [`methods`]: one table of facts per method and project-lock route — effect (read,
 //!   repeatable write, once-only write), blocking, scope, schema names — that dispatch,
 //!   forwarding, idempotency, the OpenAPI document and the SDK read.
-//! - [`Listing`]: the shape of every list method (a page request, a page of items and its
-//!   tokens), declared once by the macros of `paging`.
+//! - `paging`: the shapes messages share, declared once by two macros: `request!` (derives,
+//!   and the fields many requests carry — namespace, object name, lease, version, page) and
+//!   `list_response!` (a page of items and its tokens, read through [`Listing`]).
 //! - `schemas` (feature `openapi`): the named field schemas — namespace and lock names, lease
 //!   ids, metadata — that several messages share, each pattern written once.
 //!

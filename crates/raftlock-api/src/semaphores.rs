@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::paging::{list_response, namespace_list_request};
+use crate::paging::{list_response, request};
 
 use crate::hierarchy::AcquireOutcome;
 
@@ -65,167 +65,98 @@ pub struct SemaphoreHolder {
 
 // ---- requests --------------------------------------------------------------------------
 
-/// `CreateSemaphore`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CreateSemaphoreRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The new semaphore's name.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
-    /// Up to 1024 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// Capacity, 1–2^63-1.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-    )]
-    pub permits: u64,
-    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `CreateSemaphore`.
+    CreateSemaphoreRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The new semaphore's name.",
+        @description "Up to 1024 bytes.",
+        /// Capacity, 1–2^63-1.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
+        )]
+        pub permits: u64,
+        @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
+    }
 }
 
-/// `GetSemaphore` and `DeleteSemaphore` (deleting drops every holder and waiter; deleting an
-/// absent semaphore is not an error).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SemaphoreRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The semaphore.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
+request! {
+    /// `GetSemaphore` and `DeleteSemaphore` (deleting drops every holder and waiter; deleting an
+    /// absent semaphore is not an error).
+    SemaphoreRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The semaphore.",
+    }
 }
 
-/// `UpdateSemaphore`: a full replacement of description, permits and metadata, applied only
-/// when `expected_version` (required) is the current version. `permits` may not go below the
-/// current `active_holds`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct UpdateSemaphoreRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The semaphore.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
-    /// New description.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// New capacity, at least the current `active_holds`.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-    )]
-    pub permits: u64,
-    /// New metadata.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
-    /// Required: the version the update is based on; a mismatch is `invalid_argument` and
-    /// changes nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = u64, required = true, minimum = 1)
-    )]
-    pub expected_version: Option<u64>,
+request! {
+    /// `UpdateSemaphore`: a full replacement of description, permits and metadata, applied only
+    /// when `expected_version` (required) is the current version. `permits` may not go below the
+    /// current `active_holds`.
+    UpdateSemaphoreRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The semaphore.",
+        @description "New description.",
+        /// New capacity, at least the current `active_holds`.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
+        )]
+        pub permits: u64,
+        @metadata "New metadata.",
+        @expected_version,
+    }
 }
 
-namespace_list_request! {
-/// `ListSemaphores`.
-ListSemaphoresRequest
+request! {
+    /// `ListSemaphores`.
+    ListSemaphoresRequest {
+        @namespace,
+        @page,
+    }
 }
 
-/// `ListSemaphoreHolders`: the live holders, in the order they were first granted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListSemaphoreHoldersRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The semaphore.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Empty for the first page; else a `next_pagination_token` or
-    /// `previous_pagination_token` this server issued for the same list, as it was issued:
-    /// any other value is refused with `invalid_argument` (tokens are opaque).
-    #[serde(default)]
-    pub pagination_token: String,
+request! {
+    /// `ListSemaphoreHolders`: the live holders, in the order they were first granted.
+    ListSemaphoreHoldersRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The semaphore.",
+        @page,
+    }
 }
 
-/// `AcquireSemaphore`: all-or-none; with `timeout_seconds > 0` the call waits on the server in
-/// the semaphore's FIFO queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct AcquireSemaphoreRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The semaphore.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
-    /// The holding semaphore lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
-    /// Permits to hold, 1–`permits` (a re-acquire sets the holder's weight to this).
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-    )]
-    pub weight: u64,
-    /// Seconds to wait on the server in the semaphore's FIFO queue, 0–300 (0: answer at once).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
-    pub timeout_seconds: u64,
-    /// Holder metadata (kept from the first grant of this lease).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `AcquireSemaphore`: all-or-none; with `timeout_seconds > 0` the call waits on the server in
+    /// the semaphore's FIFO queue.
+    AcquireSemaphoreRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The semaphore.",
+        @lease "The holding semaphore lease.",
+        /// Permits to hold, 1–`permits` (a re-acquire sets the holder's weight to this).
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
+        )]
+        pub weight: u64,
+        /// Seconds to wait on the server in the semaphore's FIFO queue, 0–300 (0: answer at once).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+        pub timeout_seconds: u64,
+        @metadata "Holder metadata (kept from the first grant of this lease).",
+    }
 }
 
-/// `ReleaseSemaphore`: releasing what a live lease does not hold changes nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ReleaseSemaphoreRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The semaphore.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::SemaphoreName))]
-    pub semaphore_name: String,
-    /// The holding semaphore lease.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = crate::schemas::LeaseId, required = true)
-    )]
-    pub lease_id: String,
+request! {
+    /// `ReleaseSemaphore`: releasing what a live lease does not hold changes nothing.
+    ReleaseSemaphoreRequest {
+        @namespace,
+        @named semaphore_name: SemaphoreName "The semaphore.",
+        @lease "The holding semaphore lease.",
+    }
 }
 
 // ---- responses -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::paging::{list_response, namespace_list_request};
+use crate::paging::{list_response, request};
 
 /// Where a wait group stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,185 +86,128 @@ pub enum WaitGroupWaitOutcome {
 
 // ---- requests --------------------------------------------------------------------------
 
-/// `CreateWaitGroup`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CreateWaitGroupRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The new wait group's name.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
-    /// Up to 1024 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// Jobs to wait for, 1–100,000,000.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 100_000_000)
-    )]
-    pub counter: u64,
-    /// Absolute deadline (ns since the epoch), at least 60 s after the time the leader
-    /// applies the call (the cluster's clock): a schema cannot state a bound that moves, so
-    /// a value in the past or less than a minute ahead is refused with `invalid_argument`.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(required = true))]
-    pub expires_at: i64,
-    /// Retention after the group finishes, 60–2,592,000 s.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 60, maximum = 2_592_000)
-    )]
-    pub delete_after_finished_seconds: u64,
-    /// Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// `CreateWaitGroup`.
+    CreateWaitGroupRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The new wait group's name.",
+        @description "Up to 1024 bytes.",
+        /// Jobs to wait for, 1–100,000,000.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 100_000_000)
+        )]
+        pub counter: u64,
+        /// Absolute deadline (ns since the epoch), at least 60 s after the time the leader
+        /// applies the call (the cluster's clock): a schema cannot state a bound that moves, so
+        /// a value in the past or less than a minute ahead is refused with `invalid_argument`.
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
+        pub expires_at: i64,
+        /// Retention after the group finishes, 60–2,592,000 s.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 60, maximum = 2_592_000)
+        )]
+        pub delete_after_finished_seconds: u64,
+        @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
+    }
 }
 
-/// `GetWaitGroup` and `DeleteWaitGroup` (deleting an absent group is not an error).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct WaitGroupRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The wait group.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
+request! {
+    /// `GetWaitGroup` and `DeleteWaitGroup` (deleting an absent group is not an error).
+    WaitGroupRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The wait group.",
+    }
 }
 
-/// `UpdateWaitGroup`: a full replacement of the mutable fields of an active group, applied
-/// only when `expected_version` (required) is the current version.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct UpdateWaitGroupRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The wait group.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
-    /// New description.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
-    pub description: String,
-    /// New total, at least `completed_jobs` (equal completes the group).
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 1, maximum = 100_000_000)
-    )]
-    pub counter: u64,
-    /// New deadline (ns since the epoch), after the time the leader applies the call (the
-    /// cluster's clock); a past one is refused with `invalid_argument`.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(required = true))]
-    pub expires_at: i64,
-    /// New retention, 60–2,592,000 s.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, minimum = 60, maximum = 2_592_000)
-    )]
-    pub delete_after_finished_seconds: u64,
-    /// New metadata.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
-    /// Required: the version the update is based on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(value_type = u64, required = true, minimum = 1)
-    )]
-    pub expected_version: Option<u64>,
+request! {
+    /// `UpdateWaitGroup`: a full replacement of the mutable fields of an active group, applied
+    /// only when `expected_version` (required) is the current version.
+    UpdateWaitGroupRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The wait group.",
+        @description "New description.",
+        /// New total, at least `completed_jobs` (equal completes the group).
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 1, maximum = 100_000_000)
+        )]
+        pub counter: u64,
+        /// New deadline (ns since the epoch), after the time the leader applies the call (the
+        /// cluster's clock); a past one is refused with `invalid_argument`.
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
+        pub expires_at: i64,
+        /// New retention, 60–2,592,000 s.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, minimum = 60, maximum = 2_592_000)
+        )]
+        pub delete_after_finished_seconds: u64,
+        @metadata "New metadata.",
+        @expected_version,
+    }
 }
 
-namespace_list_request! {
-/// `ListWaitGroups`.
-ListWaitGroupsRequest
+request! {
+    /// `ListWaitGroups`.
+    ListWaitGroupsRequest {
+        @namespace,
+        @page,
+    }
 }
 
-/// One job of a `CompleteJobsFromWaitGroup` batch.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobReport {
-    /// The job's id, 1–128 of `[-_0-9a-zA-Z]`.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub job_id: String,
-    /// Kept from the first report of this id.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::Metadata))]
-    pub metadata: BTreeMap<String, String>,
+request! {
+    /// One job of a `CompleteJobsFromWaitGroup` batch.
+    JobReport {
+        /// The job's id, 1–128 of `[-_0-9a-zA-Z]`.
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
+        pub job_id: String,
+        @metadata "Kept from the first report of this id.",
+    }
 }
 
-/// `CompleteJobsFromWaitGroup`: idempotent per `job_id`; all of a batch or none of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CompleteJobsFromWaitGroupRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The wait group.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
-    /// 1–50 jobs.
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(required = true, min_items = 1, max_items = 50)
-    )]
-    pub jobs: Vec<JobReport>,
+request! {
+    /// `CompleteJobsFromWaitGroup`: idempotent per `job_id`; all of a batch or none of it.
+    CompleteJobsFromWaitGroupRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The wait group.",
+        /// 1–50 jobs.
+        #[serde(default)]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(required = true, min_items = 1, max_items = 50)
+        )]
+        pub jobs: Vec<JobReport>,
+    }
 }
 
-/// `ListWaitGroupCompletedJobs`: the completed jobs by id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ListWaitGroupCompletedJobsRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The wait group.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
-    /// Page size 0–250; 0 means 100.
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 250))]
-    pub limit: u32,
-    /// Empty for the first page; else a `next_pagination_token` or
-    /// `previous_pagination_token` this server issued for the same list, as it was issued:
-    /// any other value is refused with `invalid_argument` (tokens are opaque).
-    #[serde(default)]
-    pub pagination_token: String,
+request! {
+    /// `ListWaitGroupCompletedJobs`: the completed jobs by id.
+    ListWaitGroupCompletedJobsRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The wait group.",
+        @page,
+    }
 }
 
-/// `WaitForWaitGroup`: blocks on the server until the group completes or expires, or
-/// `timeout_seconds` pass.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct WaitForWaitGroupRequest {
-    /// The namespace.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::NamespaceName))]
-    pub namespace_name: String,
-    /// The wait group.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
-    pub wait_group_name: String,
-    /// Seconds to wait, 0–300 (0: answer at once).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300))]
-    pub timeout_seconds: u64,
+request! {
+    /// `WaitForWaitGroup`: blocks on the server until the group completes or expires, or
+    /// `timeout_seconds` pass.
+    WaitForWaitGroupRequest {
+        @namespace,
+        @named wait_group_name: PrimitiveName "The wait group.",
+        /// Seconds to wait, 0–300 (0: answer at once).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(maximum = 300))]
+        pub timeout_seconds: u64,
+    }
 }
 
 // ---- responses -------------------------------------------------------------------------
