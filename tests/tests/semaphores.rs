@@ -534,9 +534,17 @@ async fn the_sdk_and_the_cli_drive_a_semaphore() -> anyhow::Result<()> {
             .kill_on_drop(true);
         cmd
     };
-    let out = cli(&["sem", "lease-create", NS, "--process-id", "cli", "--json"])
-        .output()
-        .await?;
+    let out = cli(&[
+        "sem",
+        "lease",
+        "create",
+        NS,
+        "--process-id",
+        "cli",
+        "--json",
+    ])
+    .output()
+    .await?;
     assert!(out.status.success(), "{out:?}");
     let lease: Value = serde_json::from_slice(&out.stdout)?;
     let theirs = lease["lease_id"].as_str().unwrap().to_string();

@@ -1,6 +1,8 @@
 //! Server-side leases. The lock API's and the semaphore API's leases are the same messages
 //! under method names of their own (`CreateLockLease` / `CreateSemaphoreLease`, …), so their
-//! calls are written once here, named by a [`LeaseMethods`].
+//! calls are written once here, named by a [`LeaseMethods`] ([`LOCK_LEASES`] or
+//! [`SEMAPHORE_LEASES`]). The typed wrappers (`create_lease`, `create_semaphore_lease`, …) call
+//! these; a caller that handles both kinds alike (the CLI) calls them directly.
 
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use raftlock_api::hierarchy::LockLease;
 
 /// The method names of one kind of lease.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseMethods {
+pub struct LeaseMethods {
     create: &'static str,
     get: &'static str,
     refresh: &'static str,
@@ -25,7 +27,7 @@ pub(crate) struct LeaseMethods {
 }
 
 /// The leases that hold hierarchical locks.
-pub(crate) const LOCK_LEASES: LeaseMethods = LeaseMethods {
+pub const LOCK_LEASES: LeaseMethods = LeaseMethods {
     create: "CreateLockLease",
     get: "GetLockLease",
     refresh: "RefreshLockLease",
@@ -34,7 +36,7 @@ pub(crate) const LOCK_LEASES: LeaseMethods = LeaseMethods {
 };
 
 /// The leases that hold semaphore permits.
-pub(crate) const SEMAPHORE_LEASES: LeaseMethods = LeaseMethods {
+pub const SEMAPHORE_LEASES: LeaseMethods = LeaseMethods {
     create: "CreateSemaphoreLease",
     get: "GetSemaphoreLease",
     refresh: "RefreshSemaphoreLease",
@@ -50,7 +52,8 @@ fn lease_request(namespace: &str, lease_id: &str) -> LeaseRequest {
 }
 
 impl Client {
-    pub(crate) async fn lease_create(
+    /// `Create…Lease`: a new lease for `ttl` (1–300 s).
+    pub async fn lease_create(
         &self,
         kind: LeaseMethods,
         namespace: &str,
@@ -66,7 +69,8 @@ impl Client {
             .await
     }
 
-    pub(crate) async fn lease_get(
+    /// `Get…Lease` (`not_found` when absent or expired).
+    pub async fn lease_get(
         &self,
         kind: LeaseMethods,
         namespace: &str,
@@ -77,7 +81,8 @@ impl Client {
             .await
     }
 
-    pub(crate) async fn lease_refresh(
+    /// `Refresh…Lease`: the lease and what it holds expire at now + `ttl`.
+    pub async fn lease_refresh(
         &self,
         kind: LeaseMethods,
         namespace: &str,
@@ -93,7 +98,8 @@ impl Client {
             .await
     }
 
-    pub(crate) async fn lease_revoke(
+    /// `Revoke…Lease`: releases everything the lease holds and deletes it.
+    pub async fn lease_revoke(
         &self,
         kind: LeaseMethods,
         namespace: &str,
@@ -105,7 +111,8 @@ impl Client {
             .map(|_| ())
     }
 
-    pub(crate) async fn lease_list(
+    /// `List…Leases`, optionally only those of one `process_id`.
+    pub async fn lease_list(
         &self,
         kind: LeaseMethods,
         namespace: &str,

@@ -41,8 +41,8 @@
 //! - [`semaphores`]: semaphore and semaphore-lease calls (all-or-none weights, FIFO waits,
 //!   a fencing token per hold).
 //! - [`paging`]: [`paging::PageRequest`] and [`paging::Page`], the paging of every list call.
-//! - `leases`: the lease calls both APIs share (the same messages under their own method
-//!   names), written once.
+//! - [`leases`]: the lease calls both APIs share (the same messages under their own method
+//!   names), written once and named by a [`leases::LeaseMethods`].
 //! - [`coordination`]: wait-group and barrier calls (report jobs, wait for a group; arrive,
 //!   wait at a barrier).
 //! - [`keeper`]: [`LeaseKeeper`] (a hierarchical lease refreshed in the background) and
@@ -61,7 +61,7 @@ pub mod error;
 pub mod guard;
 pub mod hierarchy;
 pub mod keeper;
-mod leases;
+pub mod leases;
 pub mod locks;
 pub mod paging;
 mod rfc3339;

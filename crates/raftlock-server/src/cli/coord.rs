@@ -9,8 +9,8 @@ use raftlock_client::coordination::{
 };
 use serde_json::json;
 
-use super::hier::{next_page, Paging};
-use super::{nanos, parse_metadata, table, CmdResult, Conn, Failure};
+use super::hier::{Named, Paging};
+use super::{nanos, parse_metadata, CmdResult, Conn, Failure};
 
 #[derive(Debug, Args)]
 pub struct WgArgs {
@@ -24,10 +24,8 @@ pub struct WgArgs {
 pub enum WgCmd {
     /// Create a wait group.
     Create {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Jobs to wait for.
         #[arg(long)]
         counter: u64,
@@ -42,18 +40,11 @@ pub enum WgCmd {
         metadata: Vec<String>,
     },
     /// Show a wait group.
-    Get {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
-    },
+    Get(Named),
     /// Update an active wait group: omitted fields keep their value; guarded by its version.
     Update {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// New total of jobs (not below those completed).
         #[arg(long)]
         counter: Option<u64>,
@@ -62,12 +53,7 @@ pub enum WgCmd {
         expires_in: Option<u64>,
     },
     /// Delete a wait group.
-    Delete {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
-    },
+    Delete(Named),
     /// List a namespace's wait groups.
     List {
         /// Namespace.
@@ -77,29 +63,23 @@ pub enum WgCmd {
     },
     /// Report jobs complete (idempotent per job id).
     Complete {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Job ids (1–50).
         #[arg(required = true)]
         jobs: Vec<String>,
     },
     /// List completed jobs.
     Jobs {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         #[command(flatten)]
         paging: Paging,
     },
     /// Wait until the group completes (exit 0) or expires or the timeout passes (exit 75).
     Wait {
-        /// Namespace.
-        namespace: String,
-        /// Wait group name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Seconds to wait (0–300).
         #[arg(long, default_value_t = 60)]
         timeout: u64,
@@ -118,10 +98,8 @@ pub struct BarrierArgs {
 pub enum BarrierCmd {
     /// Create a barrier.
     Create {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Processes that must arrive.
         #[arg(long)]
         expected: u64,
@@ -130,29 +108,17 @@ pub enum BarrierCmd {
         idle: u64,
     },
     /// Show a barrier.
-    Get {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
-    },
+    Get(Named),
     /// Update a barrier's expected processes (equal to those arrived trips it).
     Update {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// New number of expected processes.
         #[arg(long)]
         expected: u64,
     },
     /// Delete a barrier.
-    Delete {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
-    },
+    Delete(Named),
     /// List a namespace's barriers.
     List {
         /// Namespace.
@@ -162,10 +128,8 @@ pub enum BarrierCmd {
     },
     /// Arrive at a generation (default: the current one) and, with --wait, wait for the trip.
     Arrive {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// The arriving process.
         #[arg(long)]
         process_id: String,
@@ -178,10 +142,8 @@ pub enum BarrierCmd {
     },
     /// Wait until a generation trips (exit 0) or the timeout passes (exit 75).
     Wait {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Generation.
         #[arg(long)]
         generation: u64,
@@ -191,10 +153,8 @@ pub enum BarrierCmd {
     },
     /// List the processes that arrived in a generation.
     Participants {
-        /// Namespace.
-        namespace: String,
-        /// Barrier name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Generation.
         #[arg(long)]
         generation: u64,
@@ -249,8 +209,7 @@ pub async fn wg(args: WgArgs) -> CmdResult {
     let client = conn.client()?;
     match args.cmd {
         WgCmd::Create {
-            namespace,
-            name,
+            at: Named { namespace, name },
             counter,
             expires_in,
             retention,
@@ -263,13 +222,12 @@ pub async fn wg(args: WgArgs) -> CmdResult {
                 .await?;
             conn.emit(&g, || show_group(&g));
         }
-        WgCmd::Get { namespace, name } => {
+        WgCmd::Get(Named { namespace, name }) => {
             let g = client.get_wait_group(&namespace, &name).await?;
             conn.emit(&g, || show_group(&g));
         }
         WgCmd::Update {
-            namespace,
-            name,
+            at: Named { namespace, name },
             counter,
             expires_in,
         } => {
@@ -287,30 +245,22 @@ pub async fn wg(args: WgArgs) -> CmdResult {
             let g = client.update_wait_group(&req).await?;
             conn.emit(&g, || show_group(&g));
         }
-        WgCmd::Delete { namespace, name } => {
+        WgCmd::Delete(Named { namespace, name }) => {
             client.delete_wait_group(&namespace, &name).await?;
-            conn.emit(&json!({ "deleted": name }), || {
-                format!("deleted wait group {name}")
-            });
+            conn.emit_deleted("wait group", &name);
         }
         WgCmd::List { namespace, paging } => {
             let page = client
                 .list_wait_groups(&namespace, &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|g| {
-                        let done = format!("{}/{}", g.completed_jobs, g.counter);
-                        let status = json!(g.status).as_str().unwrap_or("").to_string();
-                        vec![g.name.clone(), done, status]
-                    })
-                    .collect();
-                table(&["NAME", "JOBS", "STATUS"], &rows) + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["NAME", "JOBS", "STATUS"], |g| {
+                let done = format!("{}/{}", g.completed_jobs, g.counter);
+                let status = json!(g.status).as_str().unwrap_or("").to_string();
+                vec![g.name.clone(), done, status]
             });
         }
         WgCmd::Complete {
-            namespace,
-            name,
+            at: Named { namespace, name },
             jobs,
         } => {
             let jobs = (jobs.into_iter())
@@ -323,23 +273,18 @@ pub async fn wg(args: WgArgs) -> CmdResult {
             conn.emit(&g, || show_group(&g));
         }
         WgCmd::Jobs {
-            namespace,
-            name,
+            at: Named { namespace, name },
             paging,
         } => {
             let page = client
                 .list_completed_jobs(&namespace, &name, &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|j| vec![j.job_id.clone(), nanos(j.completed_at)])
-                    .collect();
-                table(&["JOB", "COMPLETED"], &rows) + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["JOB", "COMPLETED"], |j| {
+                vec![j.job_id.clone(), nanos(j.completed_at)]
             });
         }
         WgCmd::Wait {
-            namespace,
-            name,
+            at: Named { namespace, name },
             timeout,
         } => {
             let timeout = Duration::from_secs(timeout);
@@ -364,8 +309,7 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
     let client = conn.client()?;
     match args.cmd {
         BarrierCmd::Create {
-            namespace,
-            name,
+            at: Named { namespace, name },
             expected,
             idle,
         } => {
@@ -375,13 +319,12 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
                 .await?;
             conn.emit(&b, || show_barrier(&b));
         }
-        BarrierCmd::Get { namespace, name } => {
+        BarrierCmd::Get(Named { namespace, name }) => {
             let b = client.get_barrier(&namespace, &name).await?;
             conn.emit(&b, || show_barrier(&b));
         }
         BarrierCmd::Update {
-            namespace,
-            name,
+            at: Named { namespace, name },
             expected,
         } => {
             let current = client.get_barrier(&namespace, &name).await?;
@@ -397,28 +340,19 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
             let b = client.update_barrier(&req).await?;
             conn.emit(&b, || show_barrier(&b));
         }
-        BarrierCmd::Delete { namespace, name } => {
+        BarrierCmd::Delete(Named { namespace, name }) => {
             client.delete_barrier(&namespace, &name).await?;
-            conn.emit(&json!({ "deleted": name }), || {
-                format!("deleted barrier {name}")
-            });
+            conn.emit_deleted("barrier", &name);
         }
         BarrierCmd::List { namespace, paging } => {
             let page = client.list_barriers(&namespace, &paging.request()).await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|b| {
-                        let arrived = format!("{}/{}", b.arrived_processes, b.expected_processes);
-                        vec![b.name.clone(), b.generation.to_string(), arrived]
-                    })
-                    .collect();
-                table(&["NAME", "GENERATION", "ARRIVED"], &rows)
-                    + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["NAME", "GENERATION", "ARRIVED"], |b| {
+                let arrived = format!("{}/{}", b.arrived_processes, b.expected_processes);
+                vec![b.name.clone(), b.generation.to_string(), arrived]
             });
         }
         BarrierCmd::Arrive {
-            namespace,
-            name,
+            at: Named { namespace, name },
             process_id,
             generation,
             wait,
@@ -443,27 +377,22 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
             wait_at(&conn, &client, &namespace, &name, generation, wait).await?;
         }
         BarrierCmd::Wait {
-            namespace,
-            name,
+            at: Named { namespace, name },
             generation,
             timeout,
         } => {
             wait_at(&conn, &client, &namespace, &name, generation, timeout).await?;
         }
         BarrierCmd::Participants {
-            namespace,
-            name,
+            at: Named { namespace, name },
             generation,
             paging,
         } => {
             let page = client
                 .list_barrier_participants(&namespace, &name, generation, &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|p| vec![p.process_id.clone(), nanos(p.arrived_at)])
-                    .collect();
-                table(&["PROCESS", "ARRIVED"], &rows) + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["PROCESS", "ARRIVED"], |p| {
+                vec![p.process_id.clone(), nanos(p.arrived_at)]
             });
         }
     }

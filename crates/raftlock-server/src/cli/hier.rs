@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use raftlock_client::hierarchy::{Lock, LockLease, Namespace};
+use raftlock_client::leases::{LeaseMethods, LOCK_LEASES};
 use raftlock_client::{AcquireLockRequest, PageRequest, UpdateNamespaceRequest};
 use serde_json::json;
 
-use super::{nanos, parse_metadata, table, CmdResult, Conn, Failure};
+use super::{nanos, parse_metadata, CmdResult, Conn, Failure};
 
 /// Paging flags of list commands.
 #[derive(Debug, Clone, Args)]
@@ -18,6 +19,24 @@ pub struct Paging {
     /// Page token from a previous listing.
     #[arg(long, default_value = "")]
     pub page_token: String,
+}
+
+/// The object a command addresses: a namespace and a name in it.
+#[derive(Debug, Clone, Args)]
+pub struct Named {
+    /// Namespace.
+    pub namespace: String,
+    /// Name of the semaphore, wait group or barrier.
+    pub name: String,
+}
+
+/// The lease a command addresses.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseAt {
+    /// Namespace.
+    pub namespace: String,
+    /// Lease id.
+    pub lease_id: String,
 }
 
 impl Paging {
@@ -92,6 +111,8 @@ pub struct LeaseArgs {
     pub cmd: LeaseCmd,
 }
 
+/// The lease commands, alike for the leases of hierarchical locks (`raftlock lease …`) and
+/// of semaphores (`raftlock sem lease …`).
 #[derive(Debug, Subcommand)]
 pub enum LeaseCmd {
     /// Create a lease.
@@ -105,7 +126,7 @@ pub enum LeaseCmd {
         #[arg(long, default_value_t = 60)]
         ttl: u64,
     },
-    /// Refresh a lease (and every lock it holds).
+    /// Refresh a lease (and everything it holds).
     Refresh {
         /// Namespace.
         namespace: String,
@@ -115,20 +136,10 @@ pub enum LeaseCmd {
         #[arg(long, default_value_t = 60)]
         ttl: u64,
     },
-    /// Revoke a lease, releasing its locks.
-    Revoke {
-        /// Namespace.
-        namespace: String,
-        /// Lease id.
-        lease_id: String,
-    },
+    /// Revoke a lease, releasing everything it holds.
+    Revoke(LeaseAt),
     /// Show a lease.
-    Get {
-        /// Namespace.
-        namespace: String,
-        /// Lease id.
-        lease_id: String,
-    },
+    Get(LeaseAt),
     /// List live leases.
     List {
         /// Namespace.
@@ -257,14 +268,6 @@ fn show_lock(l: &Lock) -> String {
     s
 }
 
-pub(super) fn next_page(token: &str) -> String {
-    if token.is_empty() {
-        String::new()
-    } else {
-        format!("\nnext page: --page-token {token}")
-    }
-}
-
 pub async fn ns(args: NsArgs) -> CmdResult {
     let conn = args.conn;
     let client = conn.client()?;
@@ -309,27 +312,17 @@ pub async fn ns(args: NsArgs) -> CmdResult {
         }
         NsCmd::Delete { name } => {
             client.delete_namespace(&name).await?;
-            conn.emit(&json!({ "deleted": name }), || {
-                format!("deleted namespace {name}")
-            });
+            conn.emit_deleted("namespace", &name);
         }
         NsCmd::List { paging } => {
             let page = client.list_namespaces(&paging.request()).await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = page
-                    .items
-                    .iter()
-                    .map(|n| {
-                        vec![
-                            n.name.clone(),
-                            n.version.to_string(),
-                            nanos(n.created_at),
-                            n.description.clone(),
-                        ]
-                    })
-                    .collect();
-                table(&["NAME", "VERSION", "CREATED", "DESCRIPTION"], &rows)
-                    + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["NAME", "VERSION", "CREATED", "DESCRIPTION"], |n| {
+                vec![
+                    n.name.clone(),
+                    n.version.to_string(),
+                    nanos(n.created_at),
+                    n.description.clone(),
+                ]
             });
         }
     }
@@ -337,16 +330,20 @@ pub async fn ns(args: NsArgs) -> CmdResult {
 }
 
 pub async fn lease(args: LeaseArgs) -> CmdResult {
-    let conn = args.conn;
+    run_lease(&args.conn, LOCK_LEASES, args.cmd).await
+}
+
+/// Runs a lease command against one kind of lease.
+pub(super) async fn run_lease(conn: &Conn, kind: LeaseMethods, cmd: LeaseCmd) -> CmdResult {
     let client = conn.client()?;
-    match args.cmd {
+    match cmd {
         LeaseCmd::Create {
             namespace,
             process_id,
             ttl,
         } => {
             let l = client
-                .create_lease(&namespace, &process_id, Duration::from_secs(ttl))
+                .lease_create(kind, &namespace, &process_id, Duration::from_secs(ttl))
                 .await?;
             conn.emit(&l, || show_lease(&l));
         }
@@ -356,24 +353,24 @@ pub async fn lease(args: LeaseArgs) -> CmdResult {
             ttl,
         } => {
             let l = client
-                .refresh_lease(&namespace, &lease_id, Duration::from_secs(ttl))
+                .lease_refresh(kind, &namespace, &lease_id, Duration::from_secs(ttl))
                 .await?;
             conn.emit(&l, || show_lease(&l));
         }
-        LeaseCmd::Revoke {
+        LeaseCmd::Revoke(LeaseAt {
             namespace,
             lease_id,
-        } => {
-            client.revoke_lease(&namespace, &lease_id).await?;
+        }) => {
+            client.lease_revoke(kind, &namespace, &lease_id).await?;
             conn.emit(&json!({ "revoked": lease_id }), || {
                 format!("revoked lease {lease_id}")
             });
         }
-        LeaseCmd::Get {
+        LeaseCmd::Get(LeaseAt {
             namespace,
             lease_id,
-        } => {
-            let l = client.get_lease(&namespace, &lease_id).await?;
+        }) => {
+            let l = client.lease_get(kind, &namespace, &lease_id).await?;
             conn.emit(&l, || show_lease(&l));
         }
         LeaseCmd::List {
@@ -382,22 +379,14 @@ pub async fn lease(args: LeaseArgs) -> CmdResult {
             paging,
         } => {
             let page = client
-                .list_leases(&namespace, process_id.as_deref(), &paging.request())
+                .lease_list(kind, &namespace, process_id.as_deref(), &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = page
-                    .items
-                    .iter()
-                    .map(|l| {
-                        vec![
-                            l.lease_id.clone(),
-                            l.process_id.clone(),
-                            nanos(l.expires_at),
-                        ]
-                    })
-                    .collect();
-                table(&["LEASE", "PROCESS", "EXPIRES"], &rows)
-                    + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["LEASE", "PROCESS", "EXPIRES"], |l| {
+                vec![
+                    l.lease_id.clone(),
+                    l.process_id.clone(),
+                    nanos(l.expires_at),
+                ]
             });
         }
     }
@@ -461,27 +450,17 @@ pub async fn hlock(args: HlockArgs) -> CmdResult {
         }
         HlockCmd::Delete { namespace, lock } => {
             client.delete_lock(&namespace, &lock).await?;
-            conn.emit(&json!({ "deleted": lock }), || {
-                format!("deleted lock {lock}")
-            });
+            conn.emit_deleted("lock", &lock);
         }
         HlockCmd::List { namespace, paging } => {
             let page = client.list_locks(&namespace, &paging.request()).await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = page
-                    .items
-                    .iter()
-                    .map(|l| {
-                        vec![
-                            l.name.clone(),
-                            state_name(l),
-                            l.lock_holders.len().to_string(),
-                            nanos(l.last_activity_at),
-                        ]
-                    })
-                    .collect();
-                table(&["LOCK", "STATE", "HOLDERS", "LAST ACTIVITY"], &rows)
-                    + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["LOCK", "STATE", "HOLDERS", "LAST ACTIVITY"], |l| {
+                vec![
+                    l.name.clone(),
+                    state_name(l),
+                    l.lock_holders.len().to_string(),
+                    nanos(l.last_activity_at),
+                ]
             });
         }
     }

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
+use raftlock_client::paging::Page;
 use raftlock_client::Client;
 use serde::Serialize;
 
@@ -208,6 +209,33 @@ impl Conn {
                 println!("{}", text.trim_end());
             }
         }
+    }
+
+    /// Prints one page of a listing: the page as JSON, or a table of one row per item and
+    /// the flag that fetches the next page.
+    pub fn emit_page<T: Serialize>(
+        &self,
+        page: &Page<T>,
+        headers: &[&str],
+        row: impl Fn(&T) -> Vec<String>,
+    ) {
+        self.emit(page, || {
+            let rows: Vec<Vec<String>> = page.items.iter().map(row).collect();
+            let next = &page.next_pagination_token;
+            let more = if next.is_empty() {
+                String::new()
+            } else {
+                format!("\nnext page: --page-token {next}")
+            };
+            table(headers, &rows) + &more
+        });
+    }
+
+    /// Prints that `kind` `name` was deleted.
+    pub fn emit_deleted(&self, kind: &str, name: &str) {
+        self.emit(&serde_json::json!({ "deleted": name }), || {
+            format!("deleted {kind} {name}")
+        });
     }
 }
 

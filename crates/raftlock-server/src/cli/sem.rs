@@ -1,14 +1,13 @@
 //! `raftlock sem …`: semaphores and semaphore leases.
 
-use std::time::Duration;
-
 use clap::{Args, Subcommand};
+use raftlock_client::leases::SEMAPHORE_LEASES;
 use raftlock_client::semaphores::{Semaphore, SemaphoreHolder};
 use raftlock_client::{AcquireSemaphoreRequest, UpdateSemaphoreRequest};
 use serde_json::json;
 
-use super::hier::{next_page, show_lease, Paging};
-use super::{nanos, parse_metadata, table, CmdResult, Conn, Failure};
+use super::hier::{run_lease, LeaseCmd, Named, Paging};
+use super::{nanos, parse_metadata, CmdResult, Conn, Failure};
 
 #[derive(Debug, Args)]
 pub struct SemArgs {
@@ -22,10 +21,8 @@ pub struct SemArgs {
 pub enum SemCmd {
     /// Create a semaphore.
     Create {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// Capacity: the most weight held at once.
         #[arg(long)]
         permits: u64,
@@ -37,18 +34,11 @@ pub enum SemCmd {
         metadata: Vec<String>,
     },
     /// Show a semaphore.
-    Get {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
-    },
+    Get(Named),
     /// Update a semaphore: omitted fields keep their value; guarded by its version.
     Update {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// New capacity (not below what is held).
         #[arg(long)]
         permits: Option<u64>,
@@ -63,12 +53,7 @@ pub enum SemCmd {
         expected_version: Option<u64>,
     },
     /// Delete a semaphore, dropping its holders and waiters.
-    Delete {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
-    },
+    Delete(Named),
     /// List a namespace's semaphores.
     List {
         /// Namespace.
@@ -78,19 +63,15 @@ pub enum SemCmd {
     },
     /// List a semaphore's holders, in arrival order.
     Holders {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         #[command(flatten)]
         paging: Paging,
     },
     /// Acquire permits under a semaphore lease (exit 75 when not acquired).
     Acquire {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// The semaphore lease.
         #[arg(long)]
         lease: String,
@@ -106,58 +87,16 @@ pub enum SemCmd {
     },
     /// Release a lease's permits.
     Release {
-        /// Namespace.
-        namespace: String,
-        /// Semaphore name.
-        name: String,
+        #[command(flatten)]
+        at: Named,
         /// The semaphore lease.
         #[arg(long)]
         lease: String,
     },
-    /// Create a semaphore lease.
-    LeaseCreate {
-        /// Namespace.
-        namespace: String,
-        /// The owner's process id.
-        #[arg(long)]
-        process_id: String,
-        /// Lease length in seconds (1–300).
-        #[arg(long, default_value_t = 60)]
-        ttl: u64,
-    },
-    /// Extend a semaphore lease and its holds.
-    LeaseRefresh {
-        /// Namespace.
-        namespace: String,
-        /// The lease.
-        lease_id: String,
-        /// New lease length in seconds (1–300).
-        #[arg(long, default_value_t = 60)]
-        ttl: u64,
-    },
-    /// Revoke a semaphore lease, releasing its permits.
-    LeaseRevoke {
-        /// Namespace.
-        namespace: String,
-        /// The lease.
-        lease_id: String,
-    },
-    /// Show a semaphore lease.
-    LeaseGet {
-        /// Namespace.
-        namespace: String,
-        /// The lease.
-        lease_id: String,
-    },
-    /// List semaphore leases.
-    LeaseList {
-        /// Namespace.
-        namespace: String,
-        /// Only this process's leases.
-        #[arg(long)]
-        process_id: Option<String>,
-        #[command(flatten)]
-        paging: Paging,
+    /// Semaphore leases: create, refresh, revoke, get, list.
+    Lease {
+        #[command(subcommand)]
+        cmd: LeaseCmd,
     },
 }
 
@@ -194,8 +133,7 @@ pub async fn sem(args: SemArgs) -> CmdResult {
     let client = conn.client()?;
     match args.cmd {
         SemCmd::Create {
-            namespace,
-            name,
+            at: Named { namespace, name },
             permits,
             description,
             metadata,
@@ -206,13 +144,12 @@ pub async fn sem(args: SemArgs) -> CmdResult {
                 .await?;
             conn.emit(&s, || show_semaphore(&s));
         }
-        SemCmd::Get { namespace, name } => {
+        SemCmd::Get(Named { namespace, name }) => {
             let s = client.get_semaphore(&namespace, &name).await?;
             conn.emit(&s, || show_semaphore(&s));
         }
         SemCmd::Update {
-            namespace,
-            name,
+            at: Named { namespace, name },
             permits,
             description,
             metadata,
@@ -235,43 +172,30 @@ pub async fn sem(args: SemArgs) -> CmdResult {
             let s = client.update_semaphore(&req).await?;
             conn.emit(&s, || show_semaphore(&s));
         }
-        SemCmd::Delete { namespace, name } => {
+        SemCmd::Delete(Named { namespace, name }) => {
             client.delete_semaphore(&namespace, &name).await?;
-            conn.emit(&json!({ "deleted": name }), || {
-                format!("deleted semaphore {name}")
-            });
+            conn.emit_deleted("semaphore", &name);
         }
         SemCmd::List { namespace, paging } => {
             let page = client
                 .list_semaphores(&namespace, &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|s| {
-                        let held = format!("{}/{}", s.active_holds, s.permits);
-                        vec![s.name.clone(), held, s.active_holders_count.to_string()]
-                    })
-                    .collect();
-                table(&["NAME", "HELD", "HOLDERS"], &rows) + &next_page(&page.next_pagination_token)
+            conn.emit_page(&page, &["NAME", "HELD", "HOLDERS"], |s| {
+                let held = format!("{}/{}", s.active_holds, s.permits);
+                vec![s.name.clone(), held, s.active_holders_count.to_string()]
             });
         }
         SemCmd::Holders {
-            namespace,
-            name,
+            at: Named { namespace, name },
             paging,
         } => {
             let page = client
                 .list_semaphore_holders(&namespace, &name, &paging.request())
                 .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = page.items.iter().map(holder_row).collect();
-                table(&["LEASE", "WEIGHT", "FENCING", "SINCE"], &rows)
-                    + &next_page(&page.next_pagination_token)
-            });
+            conn.emit_page(&page, &["LEASE", "WEIGHT", "FENCING", "SINCE"], holder_row);
         }
         SemCmd::Acquire {
-            namespace,
-            name,
+            at: Named { namespace, name },
             lease,
             weight,
             timeout,
@@ -305,73 +229,13 @@ pub async fn sem(args: SemArgs) -> CmdResult {
             }
         }
         SemCmd::Release {
-            namespace,
-            name,
+            at: Named { namespace, name },
             lease,
         } => {
             let s = client.release_semaphore(&namespace, &name, &lease).await?;
             conn.emit(&s, || show_semaphore(&s));
         }
-        SemCmd::LeaseCreate {
-            namespace,
-            process_id,
-            ttl,
-        } => {
-            let ttl = Duration::from_secs(ttl);
-            let l = client
-                .create_semaphore_lease(&namespace, &process_id, ttl)
-                .await?;
-            conn.emit(&l, || show_lease(&l));
-        }
-        SemCmd::LeaseRefresh {
-            namespace,
-            lease_id,
-            ttl,
-        } => {
-            let ttl = Duration::from_secs(ttl);
-            let l = client
-                .refresh_semaphore_lease(&namespace, &lease_id, ttl)
-                .await?;
-            conn.emit(&l, || show_lease(&l));
-        }
-        SemCmd::LeaseRevoke {
-            namespace,
-            lease_id,
-        } => {
-            client.revoke_semaphore_lease(&namespace, &lease_id).await?;
-            conn.emit(&json!({ "revoked": lease_id }), || {
-                format!("revoked semaphore lease {lease_id}")
-            });
-        }
-        SemCmd::LeaseGet {
-            namespace,
-            lease_id,
-        } => {
-            let l = client.get_semaphore_lease(&namespace, &lease_id).await?;
-            conn.emit(&l, || show_lease(&l));
-        }
-        SemCmd::LeaseList {
-            namespace,
-            process_id,
-            paging,
-        } => {
-            let page = client
-                .list_semaphore_leases(&namespace, process_id.as_deref(), &paging.request())
-                .await?;
-            conn.emit(&page, || {
-                let rows: Vec<Vec<String>> = (page.items.iter())
-                    .map(|l| {
-                        vec![
-                            l.lease_id.clone(),
-                            l.process_id.clone(),
-                            nanos(l.expires_at),
-                        ]
-                    })
-                    .collect();
-                table(&["LEASE", "PROCESS", "EXPIRES"], &rows)
-                    + &next_page(&page.next_pagination_token)
-            });
-        }
+        SemCmd::Lease { cmd } => return run_lease(&conn, SEMAPHORE_LEASES, cmd).await,
     }
     Ok(0)
 }
