@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
@@ -20,6 +20,7 @@ use raftlock_api::errors::LocksErrorCode;
 use raftlock_core::{Op, Reply};
 use rand::distributions::{Alphanumeric, DistString};
 use rand::Rng;
+use serde::de::DeserializeOwned;
 
 use super::auth;
 use super::body::{self, PathParam};
@@ -27,6 +28,41 @@ use super::errors::{ApiError, Code, Dialect};
 use crate::node::{Node, SharedNode};
 
 const D: Dialect = Dialect::Locks;
+
+/// The caller of an admin route, authenticated as the platform (before any body is read:
+/// extractors of the head run first), with the node it called.
+struct Platform(SharedNode);
+
+impl FromRequestParts<SharedNode> for Platform {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, node: &SharedNode) -> Result<Self, ApiError> {
+        auth::platform(node, &parts.headers)?;
+        Ok(Platform(node.clone()))
+    }
+}
+
+/// An admin request's JSON body, read and decoded with the body rules of every route.
+struct AdminJson<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AdminJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        Ok(AdminJson(body::json(
+            &body::read(req.into_body(), D).await?,
+            D,
+        )?))
+    }
+}
+
+/// Reads the meta group's state once its leader confirmed its leadership with a quorum.
+async fn read_meta<T>(
+    node: &Node,
+    read: impl FnOnce(&raftlock_core::StateMachine, raftlock_core::Nanos) -> T,
+) -> Result<T, ApiError> {
+    (node.meta.linearizable(read).await).map_err(|e| ApiError::from_unavailable(D, e))
+}
 
 /// How long a membership call waits before answering 202 "still in progress": inside the
 /// request's one deadline (the commit timeout, see `forward`), so a call through a follower
@@ -72,12 +108,9 @@ pub fn leader_routes() -> Router<SharedNode> {
 /// 201 and the shard once its creation is committed — each member then starts its replica
 /// and the lowest one initializes the group (`crate::shards`).
 async fn create_shard(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    b: Body,
+    Platform(node): Platform,
+    AdminJson(NewShardRequest { members }): AdminJson<NewShardRequest>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let NewShardRequest { members } = body::json(&body::read(b, D).await?, D)?;
     let known = node.meta.known_nodes();
     if let Some(stranger) = members.iter().find(|id| !known.contains(id)) {
         return Err(ApiError::bad_request(
@@ -99,11 +132,7 @@ async fn create_shard(
 /// `GET /admin/v1/shards`, answered by the node asked: the meta group and every data shard
 /// as its meta replica has them, and — for each group it hosts a replica of — the leader and
 /// term it sees (ask a member for a shard's).
-async fn list_shards(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
+async fn list_shards(Platform(node): Platform) -> Result<Response, ApiError> {
     let ids = node.meta.read_local(|sm, _| {
         let data: Vec<u32> = sm.shards().iter().map(|(id, _)| id).collect();
         std::iter::once(raftlock_raft::META_GROUP)
@@ -173,21 +202,14 @@ pub fn local_routes() -> Router<SharedNode> {
 /// applied (hence committed) index no later than anything acknowledged before the call; a
 /// follower answers 503 (the state can be large: it is not forwarded). The copy is O(1)
 /// (persistent maps) and is encoded off the async workers.
-async fn snapshot(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
+async fn snapshot(Platform(node): Platform) -> Result<Response, ApiError> {
     if !node.meta.is_leader() {
         return Err(ApiError::unavailable(
             D,
             "not the leader: ask the leader for a snapshot",
         ));
     }
-    node.meta
-        .linearizable(|_, _| ())
-        .await
-        .map_err(|e| ApiError::from_unavailable(D, e))?;
+    read_meta(&node, |_, _| ()).await?;
     let state = node.meta.state_copy();
     // Each data shard's state, each at an index its leader applied after this call began
     // (no operation spans two groups, so each group on its own is what a restore needs).
@@ -225,12 +247,9 @@ async fn decide(node: &Node, op: Op) -> Result<Reply, ApiError> {
 }
 
 async fn create_project(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    b: Body,
+    Platform(node): Platform,
+    AdminJson(NewProjectRequest { name, shard }): AdminJson<NewProjectRequest>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let NewProjectRequest { name, shard } = body::json(&body::read(b, D).await?, D)?;
     // Decided on the meta leader: the least-loaded shard is read from its own state.
     let shard = shard.unwrap_or_else(|| node.meta.read_local(|sm, _| sm.shards().least_loaded()));
     match decide(&node, Op::CreateProjectOn { name, shard }).await? {
@@ -239,43 +258,26 @@ async fn create_project(
     }
 }
 
-async fn list_projects(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let projects = node
-        .meta
-        .linearizable(|sm, _| sm.projects())
-        .await
-        .map_err(|e| ApiError::from_unavailable(D, e))?;
+async fn list_projects(Platform(node): Platform) -> Result<Response, ApiError> {
+    let projects = read_meta(&node, |sm, _| sm.projects()).await?;
     Ok(Json(ProjectList { projects }).into_response())
 }
 
 async fn get_project(
-    State(node): State<SharedNode>,
+    Platform(node): Platform,
     PathParam(name): PathParam<String>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let project = node
-        .meta
-        .linearizable(|sm, _| sm.project(&name))
-        .await
-        .map_err(|e| ApiError::from_unavailable(D, e))?;
+    let project = read_meta(&node, |sm, _| sm.project(&name)).await?;
     project
         .map(|p| Json(p).into_response())
         .ok_or_else(|| ApiError::new(D, StatusCode::NOT_FOUND, "project not found"))
 }
 
 async fn update_project(
-    State(node): State<SharedNode>,
+    Platform(node): Platform,
     PathParam(name): PathParam<String>,
-    headers: HeaderMap,
-    b: Body,
+    AdminJson(p): AdminJson<ProjectPatch>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let p: ProjectPatch = body::json(&body::read(b, D).await?, D)?;
     let op = Op::UpdateProject {
         name,
         lock_ops_per_minute: p.lock_ops_per_minute,
@@ -300,13 +302,10 @@ fn generate_key() -> (String, String) {
 }
 
 async fn create_key(
-    State(node): State<SharedNode>,
+    Platform(node): Platform,
     PathParam(project): PathParam<String>,
-    headers: HeaderMap,
-    b: Body,
+    AdminJson(NewKeyRequest { kind, scopes }): AdminJson<NewKeyRequest>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let NewKeyRequest { kind, scopes } = body::json(&body::read(b, D).await?, D)?;
     // Checked before proposing (apply checks again): a refused key writes nothing.
     raftlock_core::validate::key_scopes(&scopes).map_err(|e| ApiError::from_core(D, e))?;
     let (key_id, secret) = generate_key();
@@ -333,11 +332,9 @@ async fn create_key(
 }
 
 async fn revoke_key(
-    State(node): State<SharedNode>,
+    Platform(node): Platform,
     PathParam((project, key_id)): PathParam<(String, String)>,
-    headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    auth::platform(&node, &headers)?;
     decide(&node, Op::RevokeKey { project, key_id }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -361,12 +358,9 @@ fn membership_error(e: impl std::fmt::Display) -> ApiError {
 
 /// Adds a learner and waits until it has caught up with the log.
 async fn add_learner(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    b: Body,
+    Platform(node): Platform,
+    AdminJson(NewLearnerRequest { node_id, addr }): AdminJson<NewLearnerRequest>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let NewLearnerRequest { node_id, addr } = body::json(&body::read(b, D).await?, D)?;
     let added = node
         .meta
         .raft
@@ -404,12 +398,9 @@ async fn add_learner(
 
 /// Replaces the voter set (joint consensus); nodes must already be members (learners).
 async fn change_voters(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    b: Body,
+    Platform(node): Platform,
+    AdminJson(VotersRequest { voters }): AdminJson<VotersRequest>,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
-    let VotersRequest { voters } = body::json(&body::read(b, D).await?, D)?;
     if voters.is_empty() {
         return Err(ApiError::bad_request(D, "voters must not be empty"));
     }
@@ -431,13 +422,10 @@ const MOVE_LEADER_BOUND: std::time::Duration = std::time::Duration::from_secs(3)
 
 /// Hands leadership to another voter (see [`crate::handoff`]); answers the new view.
 async fn move_leader(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    b: Body,
+    Platform(node): Platform,
+    AdminJson(MoveLeaderRequest { node_id }): AdminJson<MoveLeaderRequest>,
 ) -> Result<Response, ApiError> {
     use crate::handoff::{hand_off, HandOffError};
-    auth::platform(&node, &headers)?;
-    let MoveLeaderRequest { node_id } = body::json(&body::read(b, D).await?, D)?;
     if node_id == Some(node.config.node_id) {
         return Ok(Json(cluster_view(&node)).into_response());
     }
@@ -461,11 +449,9 @@ async fn move_leader(
 
 /// Removes a node: demotes it if it votes, then drops it from the membership.
 async fn remove_node(
-    State(node): State<SharedNode>,
+    Platform(node): Platform,
     PathParam(id): PathParam<u64>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
     let is_voter = node
         .meta
         .raft
@@ -504,8 +490,7 @@ async fn remove_node(
     }
 }
 
-async fn cluster(State(node): State<SharedNode>, headers: HeaderMap) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
+async fn cluster(Platform(node): Platform) -> Result<Response, ApiError> {
     Ok(Json(cluster_view(&node)).into_response())
 }
 
@@ -558,11 +543,7 @@ async fn admin_get<T: serde::de::DeserializeOwned>(
 
 /// Every member's own view and health, gathered by this node (members that do not answer
 /// within a second are reported unreachable).
-async fn cluster_status(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    auth::platform(&node, &headers)?;
+async fn cluster_status(Platform(node): Platform) -> Result<Response, ApiError> {
     let local = cluster_view(&node);
     let members: Vec<(u64, String)> = node
         .meta
