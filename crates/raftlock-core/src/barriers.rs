@@ -24,9 +24,9 @@ pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as P
 
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
-use crate::paging::{paginate, Page};
+use crate::paging::list_page;
 use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
-use crate::{validate, Nanos, SECOND};
+use crate::{Nanos, SECOND};
 
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
 pub const MIN_IDLE_SECONDS: u64 = 60;
@@ -243,12 +243,7 @@ impl Barriers {
         t: Nanos,
     ) -> Result<BarrierView> {
         let change = self.records.change(project, ns, name, |b, usage| {
-            if expected_version != Some(b.version) {
-                return Err(CoreError::conflict(
-                    "expected_version",
-                    format!("does not match the current version {}", b.version),
-                ));
-            }
+            CoreError::check_version(expected_version, b.version)?;
             let arrived = b.arrived.len() as u64;
             if spec.expected_processes < arrived {
                 return Err(CoreError::conflict(
@@ -330,16 +325,15 @@ impl Barriers {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<BarrierView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let empty = OrdMap::new();
         let barriers = self.records.space(project, ns).unwrap_or(&empty);
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(barriers, token, limit, |b| now < b.delete_at())?;
-        let views = items.into_iter().map(|(n, b)| b.view(n)).collect();
-        Ok((views, next_token, previous_token))
+        list_page(
+            barriers,
+            token,
+            limit,
+            |b| now < b.delete_at(),
+            |n, b| b.view(n),
+        )
     }
 
     /// Who arrived in `generation` (the current one or a kept past one; empty otherwise), by
@@ -355,23 +349,20 @@ impl Barriers {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<ParticipantView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let b = self.barrier(project, ns, name, now)?;
         let empty = OrdMap::new();
         let participants = b.participants(generation).unwrap_or(&empty);
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(participants, token, limit, |_| true)?;
-        let views = (items.into_iter())
-            .map(|(id, p)| ParticipantView {
+        list_page(
+            participants,
+            token,
+            limit,
+            |_| true,
+            |id, p| ParticipantView {
                 process_id: id.clone(),
                 arrived_at: p.arrived_at,
                 metadata: p.metadata.clone(),
-            })
-            .collect();
-        Ok((views, next_token, previous_token))
+            },
+        )
     }
 
     /// (barriers, participant records) in the whole state.

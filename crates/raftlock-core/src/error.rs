@@ -42,6 +42,17 @@ impl CoreError {
         }
     }
 
+    /// An update guarded by `expected_version` goes on only at the record's `current` one.
+    pub fn check_version(expected: Option<u64>, current: u64) -> Result<(), Self> {
+        match expected == Some(current) {
+            true => Ok(()),
+            false => Err(CoreError::conflict(
+                "expected_version",
+                format!("does not match the current version {current}"),
+            )),
+        }
+    }
+
     /// Shorthand for an [`CoreError::Invalid`] error.
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
         CoreError::Invalid {

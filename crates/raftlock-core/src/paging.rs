@@ -61,6 +61,25 @@ fn decode(token: &str) -> Result<Cursor, CoreError> {
 /// after the last entry looked at, so a client following tokens still sees every match.
 pub const MAX_SCANNED: usize = 4096;
 
+/// A list method's answer: one page of views and the tokens of the pages beside it (next,
+/// previous).
+pub type Listed<T> = (Vec<T>, String, String);
+
+/// One page of `map` as every list method answers it: the page size checked (0 means 100),
+/// the entries `keep` accepts from `token` on, each turned into its view.
+pub fn list_page<V: Clone, T>(
+    map: &OrdMap<String, V>,
+    token: &str,
+    limit: u32,
+    keep: impl Fn(&V) -> bool,
+    view: impl Fn(&String, &V) -> T,
+) -> Result<Listed<T>, CoreError> {
+    let limit = crate::validate::page_limit(limit)?;
+    let page = paginate(map, token, limit, keep)?;
+    let views = page.items.into_iter().map(|(k, v)| view(k, v)).collect();
+    Ok((views, page.next_token, page.previous_token))
+}
+
 /// Returns up to `limit` items of `map` that satisfy `keep`, starting from `token`, looking
 /// at no more than [`MAX_SCANNED`] entries.
 pub fn paginate<'a, V: Clone>(

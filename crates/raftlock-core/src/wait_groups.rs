@@ -25,9 +25,9 @@ pub use raftlock_api::wait_groups::{
 
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
-use crate::paging::{paginate, Page};
+use crate::paging::list_page;
 use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
-use crate::{validate, Nanos, SECOND};
+use crate::{Nanos, SECOND};
 
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
 pub const MIN_EXPIRY_LEAD: Nanos = 60 * SECOND;
@@ -278,12 +278,7 @@ impl WaitGroups {
                     "has finished; only an active wait group can be updated",
                 ));
             }
-            if expected_version != Some(g.version) {
-                return Err(CoreError::conflict(
-                    "expected_version",
-                    format!("does not match the current version {}", g.version),
-                ));
-            }
+            CoreError::check_version(expected_version, g.version)?;
             let completed = g.jobs.len() as u64;
             if spec.counter < completed {
                 return Err(CoreError::conflict(
@@ -407,16 +402,15 @@ impl WaitGroups {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<WaitGroupView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let empty = OrdMap::new();
         let groups = self.records.space(project, ns).unwrap_or(&empty);
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(groups, token, limit, |g| g.visible_at(now))?;
-        let views = items.into_iter().map(|(n, g)| g.view(n, now)).collect();
-        Ok((views, next_token, previous_token))
+        list_page(
+            groups,
+            token,
+            limit,
+            |g| g.visible_at(now),
+            |n, g| g.view(n, now),
+        )
     }
 
     /// Completed jobs by id.
@@ -429,21 +423,18 @@ impl WaitGroups {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<CompletedJobView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let g = self.group(project, ns, name, now)?;
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(&g.jobs, token, limit, |_| true)?;
-        let views = (items.into_iter())
-            .map(|(id, j)| CompletedJobView {
+        list_page(
+            &g.jobs,
+            token,
+            limit,
+            |_| true,
+            |id, j| CompletedJobView {
                 job_id: id.clone(),
                 completed_at: j.completed_at,
                 metadata: j.metadata.clone(),
-            })
-            .collect();
-        Ok((views, next_token, previous_token))
+            },
+        )
     }
 
     /// (wait groups, completed job records) in the whole state.

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{self, ProjectTotals, Scratch};
 use crate::error::CoreError;
-use crate::paging::{paginate, Page};
+use crate::paging::list_page;
 use crate::{validate, Nanos, SECOND};
 
 use namespace::{ancestors, bump, Change, Counts, Lease, LockRecord, Namespace};

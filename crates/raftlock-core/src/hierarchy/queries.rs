@@ -20,19 +20,9 @@ impl Hierarchy {
         token: &str,
         limit: u32,
     ) -> Result<(Vec<NamespaceView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let empty = OrdMap::new();
         let spaces = self.projects.get(project).unwrap_or(&empty);
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(spaces, token, limit, |_| true)?;
-        Ok((
-            items.into_iter().map(|(k, ns)| ns.view(k)).collect(),
-            next_token,
-            previous_token,
-        ))
+        list_page(spaces, token, limit, |_| true, |k, ns| ns.view(k))
     }
 
     pub fn get_lease(
@@ -67,22 +57,15 @@ impl Hierarchy {
         now: Nanos,
     ) -> Result<(Vec<LeaseView>, String, String)> {
         validate::simple_name("namespace_name", namespace)?;
-        let limit = validate::page_limit(limit)?;
         let ns = self.ns(project, namespace)?;
         let keep =
             |l: &Lease| now < l.expires_at && (process_id.is_empty() || l.process_id == process_id);
-        let page = paginate(&ns.leases, token, limit, keep)?;
-        let items = page
-            .items
-            .into_iter()
-            .map(|(id, l)| LeaseView {
-                lease_id: id.clone(),
-                process_id: l.process_id.clone(),
-                created_at: l.created_at,
-                expires_at: l.expires_at,
-            })
-            .collect();
-        Ok((items, page.next_token, page.previous_token))
+        list_page(&ns.leases, token, limit, keep, |id, l| LeaseView {
+            lease_id: id.clone(),
+            process_id: l.process_id.clone(),
+            created_at: l.created_at,
+            expires_at: l.expires_at,
+        })
     }
 
     /// Where a queued acquire stands, judged on the applied state at `now`.
@@ -156,16 +139,9 @@ impl Hierarchy {
         now: Nanos,
     ) -> Result<(Vec<LockView>, String, String)> {
         validate::simple_name("namespace_name", namespace)?;
-        let limit = validate::page_limit(limit)?;
         let ns = self.ns(project, namespace)?;
         let keep = |r: &LockRecord| r.holders.keys().any(|id| ns.lease_live(id, now));
-        let page = paginate(&ns.locks, token, limit, keep)?;
-        let items = page
-            .items
-            .into_iter()
-            .map(|(k, _)| ns.lock_view(k, now))
-            .collect();
-        Ok((items, page.next_token, page.previous_token))
+        list_page(&ns.locks, token, limit, keep, |k, _| ns.lock_view(k, now))
     }
 
     /// Counts for metrics: (namespaces, live leases, held locks).

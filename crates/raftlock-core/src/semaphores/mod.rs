@@ -37,8 +37,8 @@ pub use raftlock_api::semaphores::{
 use crate::budget::{self, ByteBudget, Scratch};
 use crate::error::CoreError;
 use crate::hierarchy::{AcquireOutcome, LeaseView, WaitSpec, WaitState};
-use crate::paging::{paginate, Page};
-use crate::{validate, Nanos, SECOND};
+use crate::paging::list_page;
+use crate::{Nanos, SECOND};
 use record::{holder_bytes, semaphore_bytes, waiter_bytes, SemLease, Semaphore, Waiter};
 
 /// Most holders of one semaphore (Grackle's limit).
@@ -369,12 +369,7 @@ impl Semaphores {
     ) -> Result<SemaphoreView> {
         self.with_space(project, namespace, |space, book| {
             let sem = space.semaphore(name)?;
-            if expected_version != Some(sem.version) {
-                return Err(CoreError::conflict(
-                    "expected_version",
-                    format!("does not match the current version {}", sem.version),
-                ));
-            }
+            CoreError::check_version(expected_version, sem.version)?;
             let held = sem.active();
             if permits < held {
                 return Err(CoreError::conflict(

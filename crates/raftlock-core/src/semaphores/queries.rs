@@ -25,18 +25,10 @@ impl Semaphores {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<SemaphoreView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let empty = Space::default();
         let space = self.space(project, namespace).unwrap_or(&empty);
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(&space.semaphores, token, limit, |_| true)?;
-        let views = (items.into_iter())
-            .map(|(name, s)| s.view(name, &space.leases, now))
-            .collect();
-        Ok((views, next_token, previous_token))
+        let view = |name: &String, s: &Semaphore| s.view(name, &space.leases, now);
+        list_page(&space.semaphores, token, limit, |_| true, view)
     }
 
     /// Live holders in the order they were first granted (by fencing token).
@@ -49,7 +41,6 @@ impl Semaphores {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<SemHolderView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let space = self
             .space(project, namespace)
             .ok_or_else(semaphore_not_found)?;
@@ -67,13 +58,7 @@ impl Semaphores {
                 (format!("{:020}", h.fencing_token), view)
             })
             .collect();
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(&by_arrival, token, limit, |_| true)?;
-        let views = items.into_iter().map(|(_, v)| v.clone()).collect();
-        Ok((views, next_token, previous_token))
+        list_page(&by_arrival, token, limit, |_| true, |_, v| v.clone())
     }
 
     pub fn get_lease(
@@ -97,19 +82,12 @@ impl Semaphores {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<LeaseView>, String, String)> {
-        let limit = validate::page_limit(limit)?;
         let empty = Space::default();
         let space = self.space(project, namespace).unwrap_or(&empty);
         let keep = |l: &SemLease| {
             now < l.expires_at && (process_id.is_empty() || l.process_id == process_id)
         };
-        let Page {
-            items,
-            next_token,
-            previous_token,
-        } = paginate(&space.leases, token, limit, keep)?;
-        let views = items.into_iter().map(|(id, l)| lease_view(id, l)).collect();
-        Ok((views, next_token, previous_token))
+        list_page(&space.leases, token, limit, keep, |id, l| lease_view(id, l))
     }
 
     /// Where a queued acquire stands at `now`: queued, granted (the lease holds at least
