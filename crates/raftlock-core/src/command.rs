@@ -13,6 +13,7 @@ use crate::error::CoreError;
 use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView, WaitSpec};
 use crate::semaphores::{SemAcquireReply, SemaphoreView};
 use crate::tenancy::{KeyKind, KeyView, ProjectView};
+use crate::validate as v;
 use crate::wait_groups::WaitGroupView;
 use crate::Nanos;
 
@@ -298,7 +299,6 @@ impl HierOp {
     /// be refused for its shape never reaches the log; apply runs them again, so nothing in
     /// the log can bypass them.
     pub fn validate(&self) -> Result<(), CoreError> {
-        use crate::validate as v;
         let ns = |namespace: &str| v::simple_name("namespace_name", namespace);
         match self {
             HierOp::CreateNamespace {
@@ -542,20 +542,36 @@ impl HierOp {
 
 /// A record of a namespace (a semaphore, wait group or barrier) named in `field`.
 fn record(namespace: &str, field: &str, name: &str) -> Result<(), CoreError> {
-    crate::validate::simple_name("namespace_name", namespace)?;
-    crate::validate::simple_name(field, name)
+    v::simple_name("namespace_name", namespace)?;
+    v::simple_name(field, name)
 }
 
 /// What every definition carries: a description and metadata.
 fn definition(description: &str, metadata: &BTreeMap<String, String>) -> Result<(), CoreError> {
-    crate::validate::description(description)?;
-    crate::validate::metadata(metadata)
+    v::description(description)?;
+    v::metadata(metadata)
 }
 
 /// A blocking call's waiter id, when it waits.
 fn waiter(wait: &Option<WaitSpec>) -> Result<(), CoreError> {
-    wait.as_ref()
-        .map_or(Ok(()), |w| crate::validate::waiter_id(&w.waiter_id))
+    wait.as_ref().map_or(Ok(()), |w| v::waiter_id(&w.waiter_id))
+}
+
+/// The fields every namespaced record is created or replaced with (its namespace, name,
+/// description and metadata), with the outcomes of the record's own `rules` between them, in
+/// order (a bad name is reported first, as for any call).
+fn record_fields<const N: usize>(
+    namespace: &str,
+    name_field: &str,
+    name: &str,
+    description: &str,
+    metadata: &BTreeMap<String, String>,
+    rules: [Result<(), CoreError>; N],
+) -> Result<(), CoreError> {
+    record(namespace, name_field, name)?;
+    v::description(description)?;
+    rules.into_iter().collect::<Result<(), CoreError>>()?;
+    v::metadata(metadata)
 }
 
 /// The fields a semaphore is created or replaced with.
@@ -566,10 +582,15 @@ fn semaphore(
     permits: u64,
     metadata: &BTreeMap<String, String>,
 ) -> Result<(), CoreError> {
-    record(namespace, "semaphore_name", name)?;
-    crate::validate::description(description)?;
-    crate::validate::permits("permits", permits)?;
-    crate::validate::metadata(metadata)
+    let rules = [v::permits("permits", permits)];
+    record_fields(
+        namespace,
+        "semaphore_name",
+        name,
+        description,
+        metadata,
+        rules,
+    )
 }
 
 /// The fields a wait group is created or replaced with.
@@ -581,14 +602,19 @@ fn wait_group(
     delete_after_finished_seconds: u64,
     metadata: &BTreeMap<String, String>,
 ) -> Result<(), CoreError> {
-    record(namespace, "wait_group_name", name)?;
-    crate::validate::description(description)?;
-    crate::validate::wait_group_counter(counter)?;
-    crate::validate::retention(
-        "delete_after_finished_seconds",
-        delete_after_finished_seconds,
-    )?;
-    crate::validate::metadata(metadata)
+    let retention = delete_after_finished_seconds;
+    let rules = [
+        v::wait_group_counter(counter),
+        v::retention("delete_after_finished_seconds", retention),
+    ];
+    record_fields(
+        namespace,
+        "wait_group_name",
+        name,
+        description,
+        metadata,
+        rules,
+    )
 }
 
 /// The fields a barrier is created or replaced with.
@@ -600,14 +626,19 @@ fn barrier(
     delete_inactive_after_seconds: u64,
     metadata: &BTreeMap<String, String>,
 ) -> Result<(), CoreError> {
-    record(namespace, "barrier_name", name)?;
-    crate::validate::description(description)?;
-    crate::validate::expected_processes(expected_processes)?;
-    crate::validate::retention(
-        "delete_inactive_after_seconds",
-        delete_inactive_after_seconds,
-    )?;
-    crate::validate::metadata(metadata)
+    let idle = delete_inactive_after_seconds;
+    let rules = [
+        v::expected_processes(expected_processes),
+        v::retention("delete_inactive_after_seconds", idle),
+    ];
+    record_fields(
+        namespace,
+        "barrier_name",
+        name,
+        description,
+        metadata,
+        rules,
+    )
 }
 
 /// A successful answer.
