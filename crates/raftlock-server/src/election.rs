@@ -80,13 +80,15 @@ pub fn spawn(node: SharedNode, group: Arc<Group>, timing: Timing) {
     tokio::spawn(drive(node, group, timing));
 }
 
-/// The group a peer's election request is for, if this node hosts it.
-fn addressed(node: &SharedNode, headers: &HeaderMap) -> Result<Arc<Group>, (StatusCode, String)> {
+/// The replica a peer's call (`/internal/leader/…`) addresses, once the caller is admitted
+/// as a peer of this cluster; else the answer that refuses it.
+pub(crate) fn peer_group(node: &SharedNode, headers: &HeaderMap) -> Result<Arc<Group>, Response> {
+    auth::admit_peer(node, headers).map_err(IntoResponse::into_response)?;
     let group = group_of(headers)
-        .ok_or_else(|| (StatusCode::BAD_REQUEST, "undecodable group".to_string()))?;
+        .ok_or_else(|| (StatusCode::BAD_REQUEST, "undecodable group").into_response())?;
     node.group(group).ok_or_else(|| {
         let msg = format!("this node hosts no replica of group {group}");
-        (StatusCode::NOT_FOUND, msg)
+        (StatusCode::NOT_FOUND, msg).into_response()
     })
 }
 
@@ -138,12 +140,9 @@ pub async fn answer_alive(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refusal) = auth::admit_peer(&node, &headers) {
-        return refusal.into_response();
-    }
-    let group = match addressed(&node, &headers) {
+    let group = match peer_group(&node, &headers) {
         Ok(group) => group,
-        Err(refusal) => return refusal.into_response(),
+        Err(refusal) => return refusal,
     };
     let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
@@ -280,12 +279,9 @@ pub async fn answer_prevote(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refusal) = auth::admit_peer(&node, &headers) {
-        return refusal.into_response();
-    }
-    let group = match addressed(&node, &headers) {
+    let group = match peer_group(&node, &headers) {
         Ok(group) => group,
-        Err(refusal) => return refusal.into_response(),
+        Err(refusal) => return refusal,
     };
     let silence = (group.contact.since()).unwrap_or_else(|| node.started.elapsed());
     let Ok(candidate) = serde_json::from_slice::<PreVote>(&body) else {

@@ -117,9 +117,15 @@ impl Group {
 
     /// Every node of the group's membership (voters and learners), as this replica knows it.
     pub fn known_nodes(&self) -> std::collections::BTreeSet<u64> {
+        self.member_addresses().into_keys().collect()
+    }
+
+    /// Every member (voter or learner) with its address, as this replica knows them.
+    pub fn member_addresses(&self) -> std::collections::BTreeMap<u64, String> {
         let m = self.raft.metrics();
         let m = m.borrow();
-        m.membership_config.nodes().map(|(id, _)| *id).collect()
+        let nodes = m.membership_config.nodes();
+        nodes.map(|(id, n)| (*id, n.addr.clone())).collect()
     }
 
     /// The group's voters, as this replica knows them.

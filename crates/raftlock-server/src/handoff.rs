@@ -24,8 +24,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
 use crate::group::Group;
-use crate::headers::{group_of, GROUP_HEADER};
-use crate::http::auth;
+use crate::headers::GROUP_HEADER;
 use crate::node::SharedNode;
 
 /// Internal route that makes a node campaign (cluster secret required).
@@ -216,15 +215,9 @@ async fn ask_to_campaign(node: &SharedNode, group: &Group, addr: &str) {
 /// `POST /internal/leader/campaign`: start an election now, unless this node's clock is
 /// unfit to lead (the same rule that switches its elections off, see [`crate::clock`]).
 pub async fn campaign(State(node): State<SharedNode>, headers: HeaderMap) -> Response {
-    if let Err(refusal) = auth::admit_peer(&node, &headers) {
-        return refusal.into_response();
-    }
-    let Some(group) = group_of(&headers).and_then(|id| node.group(id)) else {
-        return (
-            StatusCode::NOT_FOUND,
-            "this node hosts no replica of that group",
-        )
-            .into_response();
+    let group = match crate::election::peer_group(&node, &headers) {
+        Ok(group) => group,
+        Err(refusal) => return refusal,
     };
     if !group.may_campaign() {
         return (StatusCode::CONFLICT, "clock unfit to lead").into_response();

@@ -452,15 +452,7 @@ async fn remove_node(
     Platform(node): Platform,
     PathParam(id): PathParam<u64>,
 ) -> Result<Response, ApiError> {
-    let is_voter = node
-        .meta
-        .raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .voter_ids()
-        .any(|v| v == id);
+    let is_voter = node.meta.voters().contains(&id);
     // Two changes in a row: run them on their own task, so both happen even when this call
     // answers "in progress" first.
     let removal = tokio::spawn({
@@ -545,16 +537,7 @@ async fn admin_get<T: serde::de::DeserializeOwned>(
 /// within a second are reported unreachable).
 async fn cluster_status(Platform(node): Platform) -> Result<Response, ApiError> {
     let local = cluster_view(&node);
-    let members: Vec<(u64, String)> = node
-        .meta
-        .raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, n)| (*id, n.addr.clone()))
-        .collect();
+    let members = node.meta.member_addresses();
     let probes = members.into_iter().map(|(id, addr)| {
         let node = node.clone();
         let token = node.config.platform_token.clone();

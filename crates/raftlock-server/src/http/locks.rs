@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,7 +30,7 @@ pub fn routes() -> Router<SharedNode> {
     Router::new()
         .route(
             "/locks/{key}/lease",
-            post(acquire).patch(renew).delete(release),
+            post(lease_call).patch(lease_call).delete(release),
         )
         .route("/locks/{key}", get(read).delete(force_release))
         .route("/locks", get(list))
@@ -139,19 +139,25 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
     }
 }
 
+/// `POST /locks/{key}/lease` acquires, `PATCH` renews: the same token, body and rules.
 async fn lease_call(
-    node: SharedNode,
-    key: String,
+    State(node): State<SharedNode>,
+    method: Method,
+    key: Result<Path<String>, PathRejection>,
     id: ClientRequestId,
     headers: HeaderMap,
     body: Body,
-    make: fn(u128, u64) -> LockAction,
 ) -> Result<Response, ApiError> {
+    let key = key_of(key)?;
     let project = caller_project(&node, &headers)?;
     check_key(&key)?;
     let token = lock_token(&headers)?;
     let TtlRequest { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
+    let action = match method {
+        Method::PATCH => LockAction::Renew { token, ttl_seconds },
+        _ => LockAction::Acquire { token, ttl_seconds },
+    };
     // Not under the client's request id: acquire and renew are already safe for a client
     // to repeat (the token names the lease), and a client that reused one id across renewals
     // would otherwise get the first renewal's answer back and its lease would silently not
@@ -160,38 +166,10 @@ async fn lease_call(
     let op = Op::ProjectLock {
         project,
         key,
-        action: make(token, ttl_seconds),
+        action,
     };
     let reply = decide(&node, id.wrap_if(false, op)).await?;
     lease_body(reply)
-}
-
-async fn acquire(
-    State(node): State<SharedNode>,
-    key: Result<Path<String>, PathRejection>,
-    id: ClientRequestId,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let key = key_of(key)?;
-    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
-        LockAction::Acquire { token, ttl_seconds }
-    })
-    .await
-}
-
-async fn renew(
-    State(node): State<SharedNode>,
-    key: Result<Path<String>, PathRejection>,
-    id: ClientRequestId,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let key = key_of(key)?;
-    lease_call(node, key, id, headers, body, |token, ttl_seconds| {
-        LockAction::Renew { token, ttl_seconds }
-    })
-    .await
 }
 
 async fn release(
