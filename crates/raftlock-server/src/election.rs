@@ -31,8 +31,9 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rand::Rng;
@@ -81,15 +82,23 @@ pub fn spawn(node: SharedNode, group: Arc<Group>, timing: Timing) {
 }
 
 /// The replica a peer's call (`/internal/leader/…`) addresses, once the caller is admitted
-/// as a peer of this cluster; else the answer that refuses it.
-pub(crate) fn peer_group(node: &SharedNode, headers: &HeaderMap) -> Result<Arc<Group>, Response> {
-    auth::admit_peer(node, headers).map_err(IntoResponse::into_response)?;
-    let group = group_of(headers)
-        .ok_or_else(|| (StatusCode::BAD_REQUEST, "undecodable group").into_response())?;
-    node.group(group).ok_or_else(|| {
-        let msg = format!("this node hosts no replica of group {group}");
-        (StatusCode::NOT_FOUND, msg).into_response()
-    })
+/// as a peer of this cluster; its rejection is the answer that refuses the caller.
+pub struct PeerGroup(pub Arc<Group>);
+
+impl FromRequestParts<SharedNode> for PeerGroup {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, node: &SharedNode) -> Result<Self, Response> {
+        let headers = &parts.headers;
+        auth::admit_peer(node, headers).map_err(IntoResponse::into_response)?;
+        let group = group_of(headers)
+            .ok_or_else(|| (StatusCode::BAD_REQUEST, "undecodable group").into_response())?;
+        let replica = node.group(group).ok_or_else(|| {
+            let msg = format!("this node hosts no replica of group {group}");
+            (StatusCode::NOT_FOUND, msg).into_response()
+        })?;
+        Ok(PeerGroup(replica))
+    }
 }
 
 /// Every heartbeat period: if this node leads and its log write in progress has taken longer
@@ -135,15 +144,7 @@ async fn beacon(node: SharedNode, group: Arc<Group>, every: Duration) {
 /// `POST /internal/leader/alive`: a leader whose log write keeps its core from sending
 /// heartbeats says it lives; counted as contact when it carries at least this node's vote
 /// (a deposed leader's does not).
-pub async fn answer_alive(
-    State(node): State<SharedNode>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let group = match peer_group(&node, &headers) {
-        Ok(group) => group,
-        Err(refusal) => return refusal,
-    };
+pub async fn answer_alive(PeerGroup(group): PeerGroup, body: axum::body::Bytes) -> Response {
     let Ok(vote) = serde_json::from_slice::<raftlock_raft::Vote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable leader beacon").into_response();
     };
@@ -276,13 +277,9 @@ async fn ask(node: &SharedNode, group: &Group, addr: &str, body: &PreVote) -> bo
 /// candidate's log is at least as up to date as its own.
 pub async fn answer_prevote(
     State(node): State<SharedNode>,
-    headers: HeaderMap,
+    PeerGroup(group): PeerGroup,
     body: axum::body::Bytes,
 ) -> Response {
-    let group = match peer_group(&node, &headers) {
-        Ok(group) => group,
-        Err(refusal) => return refusal,
-    };
     let silence = (group.contact.since()).unwrap_or_else(|| node.started.elapsed());
     let Ok(candidate) = serde_json::from_slice::<PreVote>(&body) else {
         return (StatusCode::BAD_REQUEST, "undecodable pre-vote").into_response();

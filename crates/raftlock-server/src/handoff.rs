@@ -18,11 +18,11 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
+use crate::election::PeerGroup;
 use crate::group::Group;
 use crate::headers::GROUP_HEADER;
 use crate::node::SharedNode;
@@ -214,11 +214,7 @@ async fn ask_to_campaign(node: &SharedNode, group: &Group, addr: &str) {
 
 /// `POST /internal/leader/campaign`: start an election now, unless this node's clock is
 /// unfit to lead (the same rule that switches its elections off, see [`crate::clock`]).
-pub async fn campaign(State(node): State<SharedNode>, headers: HeaderMap) -> Response {
-    let group = match crate::election::peer_group(&node, &headers) {
-        Ok(group) => group,
-        Err(refusal) => return refusal,
-    };
+pub async fn campaign(PeerGroup(group): PeerGroup) -> Response {
     if !group.may_campaign() {
         return (StatusCode::CONFLICT, "clock unfit to lead").into_response();
     }

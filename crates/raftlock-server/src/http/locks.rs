@@ -2,8 +2,8 @@
 //! count the request against the project's rate limit, validate, then propose or read.
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -107,13 +107,35 @@ fn caller_project(node: &SharedNode, headers: &HeaderMap) -> Result<String, ApiE
 }
 
 /// The `{key}` path segment; a malformed one (bad percent-encoding) is a JSON 400 too.
-fn key_of(key: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+fn key_of(
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<String, ApiError> {
     key.map(|Path(k)| k)
         .map_err(|e| ApiError::bad_request(D, format!("key: {e}")))
 }
 
 fn check_key(key: &str) -> Result<(), ApiError> {
     validate::lock_key(key).map_err(|e| ApiError::from_core(D, e))
+}
+
+/// A call on one project lock: the caller authenticated (and counted against its project's
+/// rate limit), then the `{key}` read and checked.
+struct KeyCall {
+    node: SharedNode,
+    project: String,
+    key: String,
+}
+
+impl FromRequestParts<SharedNode> for KeyCall {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, node: &SharedNode) -> Result<Self, ApiError> {
+        let project = caller_project(node, &parts.headers)?;
+        let key = key_of(Path::<String>::from_request_parts(parts, node).await)?;
+        check_key(&key)?;
+        let node = node.clone();
+        Ok(KeyCall { node, project, key })
+    }
 }
 
 async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
@@ -141,16 +163,12 @@ fn lease_body(reply: Reply) -> Result<Response, ApiError> {
 
 /// `POST /locks/{key}/lease` acquires, `PATCH` renews: the same token, body and rules.
 async fn lease_call(
-    State(node): State<SharedNode>,
     method: Method,
-    key: Result<Path<String>, PathRejection>,
     id: ClientRequestId,
+    KeyCall { node, project, key }: KeyCall,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let key = key_of(key)?;
-    let project = caller_project(&node, &headers)?;
-    check_key(&key)?;
     let token = lock_token(&headers)?;
     let TtlRequest { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
     validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
@@ -173,14 +191,10 @@ async fn lease_call(
 }
 
 async fn release(
-    State(node): State<SharedNode>,
-    key: Result<Path<String>, PathRejection>,
     id: ClientRequestId,
+    KeyCall { node, project, key }: KeyCall,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let project = caller_project(&node, &headers)?;
-    let key = key_of(key)?;
-    check_key(&key)?;
     let token = lock_token(&headers)?;
     decide(
         &node,
@@ -195,14 +209,9 @@ async fn release(
 }
 
 async fn force_release(
-    State(node): State<SharedNode>,
-    key: Result<Path<String>, PathRejection>,
     id: ClientRequestId,
-    headers: HeaderMap,
+    KeyCall { node, project, key }: KeyCall,
 ) -> Result<StatusCode, ApiError> {
-    let project = caller_project(&node, &headers)?;
-    let key = key_of(key)?;
-    check_key(&key)?;
     decide(
         &node,
         id.wrap(Op::ProjectLock {
@@ -215,14 +224,7 @@ async fn force_release(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn read(
-    State(node): State<SharedNode>,
-    key: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let project = caller_project(&node, &headers)?;
-    let key = key_of(key)?;
-    check_key(&key)?;
+async fn read(KeyCall { node, project, key }: KeyCall) -> Result<Response, ApiError> {
     let read = super::decide::group_for(&node, &project, D)?
         .linearizable(|sm, now| sm.read_lock(&project, &key, now))
         .await
