@@ -3,23 +3,18 @@
 //! every step — a wait group never completes before its counter of distinct jobs, a barrier
 //! never trips before its expected processes arrived.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 
+use common::{hier, T0};
 use proptest::prelude::*;
 use raftlock_core::barriers::BarrierView;
 use raftlock_core::command::HierOp;
 use raftlock_core::wait_groups::{WaitGroupStatus, WaitGroupView};
 use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 
-const T0: i64 = 1_700_000_000 * SECOND;
 const NS: &str = "pipelines";
-
-fn hier(op: HierOp) -> Op {
-    Op::Hier {
-        project: "p".into(),
-        op,
-    }
-}
 
 struct World {
     sm: StateMachine,
@@ -532,20 +527,6 @@ proptest! {
 
     #[test]
     fn replicas_and_snapshots_agree(steps in steps(), cut in any::<prop::sample::Index>()) {
-        let (a, outs_a) = run(&steps)?;
-        let (b, outs_b) = run(&steps)?;
-        prop_assert_eq!(&a, &b);
-        prop_assert_eq!(outs_a, outs_b);
-        let at = cut.index(steps.len());
-        let (mid, _) = run(&steps[..at])?;
-        let mut restored: StateMachine = codec::decode(&codec::encode(&mid).unwrap()).unwrap();
-        restored.count_usage();
-        let mut t = T0 + steps[..at].iter().map(|s| s.0).sum::<i64>() * SECOND;
-        for (dt, op) in &steps[at..] {
-            t += dt * SECOND;
-            restored.apply(&Command { stamp: t, ops: vec![hier(op.clone())] });
-        }
-        prop_assert_eq!(codec::encode(&restored).unwrap(), codec::encode(&a).unwrap());
-        restored.check_usage().map_err(TestCaseError::fail)?;
+        common::replicas_and_snapshots_agree(&steps, cut, run)?;
     }
 }

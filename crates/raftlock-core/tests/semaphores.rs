@@ -3,23 +3,18 @@
 //! that check every invariant after every step — above all that the weight held never
 //! exceeds `permits` at any instant of the machine's time.
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::{hier, T0};
 use proptest::prelude::*;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec};
 use raftlock_core::semaphores::{SemAcquireReply, SemaphoreView, MAX_HOLDERS_PER_SEMAPHORE};
 use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 
-const T0: i64 = 1_700_000_000 * SECOND;
 const NS: &str = "jobs";
-
-fn hier(op: HierOp) -> Op {
-    Op::Hier {
-        project: "p".into(),
-        op,
-    }
-}
 
 struct World {
     sm: StateMachine,
@@ -724,21 +719,6 @@ proptest! {
 
     #[test]
     fn replicas_and_snapshots_agree(steps in steps(), cut in any::<prop::sample::Index>()) {
-        let (a, outs_a) = run(&steps)?;
-        let (b, outs_b) = run(&steps)?;
-        prop_assert_eq!(&a, &b);
-        prop_assert_eq!(outs_a, outs_b);
-        // Restoring from a snapshot taken midway and applying the rest gives the same state.
-        let at = cut.index(steps.len());
-        let (mid, _) = run(&steps[..at])?;
-        let mut restored: StateMachine = codec::decode(&codec::encode(&mid).unwrap()).unwrap();
-        restored.count_usage();
-        let mut t = T0 + steps[..at].iter().map(|s| s.0).sum::<i64>() * SECOND;
-        for (dt, op) in &steps[at..] {
-            t += dt * SECOND;
-            restored.apply(&Command { stamp: t, ops: vec![hier(op.clone())] });
-        }
-        prop_assert_eq!(codec::encode(&restored).unwrap(), codec::encode(&a).unwrap());
-        restored.check_usage().map_err(TestCaseError::fail)?;
+        common::replicas_and_snapshots_agree(&steps, cut, run)?;
     }
 }
