@@ -11,7 +11,8 @@
 //! - [`typ`]: the openraft [`TypeConfig`] and aliases ([`Raft`], [`RaftError`], ...).
 //! - [`store`]: [`open`], which locks the data directory and opens both stores.
 //! - [`fs`]: the file operations storage is built from, and their durability contract.
-//! - [`wal`]: the segmented write-ahead log and its crash recovery.
+//! - [`wal`]: the segmented write-ahead log and its crash recovery; `wal/contents.rs` the log
+//!   as held between writes (a decoded tail, older entries by the place of their frame).
 //! - [`checked_file`]: atomically replaced, checksummed one-value files (vote, snapshot).
 //! - [`identity`]: [`ClusterIdentity`], the cluster id every node-to-node request carries.
 //! - [`log_store`]: [`LogStore`], openraft's log storage over the WAL and the vote file.
