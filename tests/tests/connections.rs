@@ -367,9 +367,21 @@ async fn peer_routes_refuse_a_request_without_the_secret_before_its_body() -> Re
     }
     assert!(served < Duration::from_secs(3), "served after {served:?}");
 
-    // With the secret, the body is read — within the deadline, like a client's.
+    // With the secret but not this cluster's id: refused at once, before the body too.
     let head = format!(
         "POST /internal/leader/prevote HTTP/1.1\r\nHost: x\r\nx-raftlock-cluster-secret: {}\r\nContent-Length: 1000\r\n\r\n{{",
+        cluster.secret
+    );
+    let stranger = trickle(&cluster.addr(1), &head).await?;
+    let (status, at) = tokio::time::timeout(Duration::from_secs(15), stranger).await??;
+    assert!(status.starts_with("HTTP/1.1 409"), "got {status:?}");
+    assert!(at < Duration::from_secs(2), "answered after {at:?}");
+
+    // An admitted peer's body is read — within the deadline, like a client's.
+    let view = cluster.view(1).await.context("view")?;
+    let cluster_id = view["cluster_id"].as_str().context("cluster id")?;
+    let head = format!(
+        "POST /internal/leader/prevote HTTP/1.1\r\nHost: x\r\nx-raftlock-cluster-secret: {}\r\nx-raftlock-cluster-id: {cluster_id}\r\nContent-Length: 1000\r\n\r\n{{",
         cluster.secret
     );
     let peer = trickle(&cluster.addr(1), &head).await?;
