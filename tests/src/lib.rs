@@ -608,8 +608,9 @@ impl Cluster {
             ])
             .args(&self.extra_args)
             .args(self.node_args.get(&id).into_iter().flatten())
-            .envs(self.node_env.get(&id).into_iter().flatten().cloned())
             .env("RAFTLOCK_LOG", log)
+            // After RAFTLOCK_LOG, so a test can raise one node's log level.
+            .envs(self.node_env.get(&id).into_iter().flatten().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);

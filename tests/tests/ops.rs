@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use raftlock_tests::{token, Cluster, Locks};
+use raftlock_tests::{eventually, token, Cluster, Locks};
 use serde_json::Value;
 
 #[tokio::test]
@@ -242,6 +242,62 @@ async fn the_heap_is_counted_and_never_advised_into_huge_pages() -> anyhow::Resu
                 "{mapping} is advised into huge pages (VmFlags:{flags})"
             );
         }
+    }
+    Ok(())
+}
+
+/// A node says how long each phase of its start took: for its group, reading the log back,
+/// restoring the snapshot and starting Raft; for itself, the time until it was ready. Each
+/// is one log line (target `raftlock_server::startup`) and one `raftlock_startup_seconds`
+/// series, so a slow restart says where its time went.
+#[tokio::test]
+async fn a_restarted_node_reports_each_phase_of_its_start() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    for i in 0..50 {
+        assert_eq!(
+            locks.acquire(&format!("k{i}"), &token(), 300).await?.status,
+            200
+        );
+    }
+    let node = cluster.other_than(&[leader]);
+    cluster.kill(node);
+    let startup_log = (
+        "RAFTLOCK_LOG".to_string(),
+        "warn,raftlock_server::startup=info".to_string(),
+    );
+    cluster.restart_with_env(node, &[], vec![startup_log])?;
+
+    let phases = ["wal_replay", "snapshot_restore", "raft_start", "ready"];
+    let text = eventually(
+        Duration::from_secs(15),
+        "every start-up phase in the metrics",
+        || async {
+            let text = cluster.metrics_text(node).await?;
+            phases
+                .iter()
+                .all(|p| text.contains(&format!("phase=\"{p}\"")))
+                .then_some(text)
+        },
+    )
+    .await?;
+    let ready: f64 = text
+        .lines()
+        .find(|l| l.starts_with("raftlock_startup_seconds") && l.contains("phase=\"ready\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("the ready phase's value");
+    assert!(ready > 0.0 && ready < 15.0, "ready after {ready} s");
+
+    let lines = cluster.log_lines(node);
+    for phase in phases {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("start-up phase") && l.contains(phase)),
+            "no log line for phase {phase} in {lines:?}"
+        );
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use raftlock_core::Limits;
 
@@ -30,7 +31,23 @@ const LOCK_FILE: &str = "LOCK";
 /// The directory stays locked until the returned log store (and the `Raft` that owns it) is
 /// dropped; opening it again before that fails.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
-    open_with_limits(dir, Limits::default())
+    open_timed(dir).map(|(log, state, _)| (log, state))
+}
+
+/// How long opening each store took: what a restart spends before Raft starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenTimes {
+    /// Reading the log back: the WAL's segments replayed, the log's index rebuilt and its
+    /// newest entries decoded.
+    pub log: Duration,
+    /// Restoring the state machine from the latest snapshot: decoding it and building the
+    /// indexes it does not store.
+    pub state: Duration,
+}
+
+/// [`open`], also saying how long each store took to open (a node reports its start-up phases).
+pub fn open_timed(dir: &Path) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
+    open_with_limits_timed(dir, Limits::default())
 }
 
 /// Like [`open`], with the limits of a state machine that starts empty. Once a snapshot
@@ -39,11 +56,18 @@ pub fn open_with_limits(
     path: &Path,
     limits: Limits,
 ) -> Result<(LogStore, StateMachineStore), StoreError> {
+    open_with_limits_timed(path, limits).map(|(log, state, _)| (log, state))
+}
+
+fn open_with_limits_timed(
+    path: &Path,
+    limits: Limits,
+) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
     refuse_sled_layout(path)?;
     let dir: Arc<dyn Dir> =
         Arc::new(OsDir::open(path).map_err(|e| StoreError::io(path.display().to_string(), e))?);
     let lock = lock_dir(path)?;
-    open_in(dir, limits, DEFAULT_SEGMENT_BYTES, Some(lock))
+    open_in_timed(dir, limits, DEFAULT_SEGMENT_BYTES, Some(lock))
 }
 
 /// Opens both stores over any [`Dir`] (the simulated disk of the crash tests, or a real one).
@@ -53,10 +77,23 @@ pub fn open_in(
     segment_bytes: u64,
     dir_lock: Option<File>,
 ) -> Result<(LogStore, StateMachineStore), StoreError> {
+    open_in_timed(dir, limits, segment_bytes, dir_lock).map(|(log, state, _)| (log, state))
+}
+
+fn open_in_timed(
+    dir: Arc<dyn Dir>,
+    limits: Limits,
+    segment_bytes: u64,
+    dir_lock: Option<File>,
+) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
     remove_leftover_temp_files(&*dir)?;
+    let started = Instant::now();
     let log_store = LogStore::open(dir.clone(), segment_bytes, dir_lock)?;
+    let log = started.elapsed();
+    let started = Instant::now();
     let sm_store = StateMachineStore::open(dir, limits)?;
-    Ok((log_store, sm_store))
+    let state = started.elapsed();
+    Ok((log_store, sm_store, OpenTimes { log, state }))
 }
 
 fn lock_dir(path: &Path) -> Result<File, StoreError> {

@@ -66,7 +66,7 @@ impl Group {
         stopping: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Group> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (mut log_store, sm_store) = raftlock_raft::open(&dir)?;
+        let (mut log_store, sm_store, opened) = raftlock_raft::open_timed(&dir)?;
         let start_log_index = {
             use openraft::storage::RaftLogStorage;
             let log_state = log_store.get_log_state().await?;
@@ -85,9 +85,11 @@ impl Group {
         let state = sm_store.shared();
         let raft_config = raftlock_raft::raft_config(&config.raft_timing())?;
         let log = log_store.clone();
+        let raft_started = std::time::Instant::now();
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm_store)
             .await
             .with_context(|| format!("starting raft group {id}"))?;
+        crate::startup::report_group(id, opened, raft_started.elapsed());
         clock.spawn_tasks(raft.clone(), state.clone(), applied_rx);
         let stamper = {
             let (raft, state, clock) = (raft.clone(), state.clone(), clock.clone());

@@ -23,6 +23,7 @@
 //! - [`http`]: routes — project locks, hierarchical-lock methods, admin, health, metrics,
 //!   the web console, the OpenAPI document — plus auth, error dialects, body limits, blocking
 //!   waits and forwarding to the leader.
+//! - [`startup`]: how long each phase of the node's start took (log and metrics).
 //! - [`telemetry`]: tracing logs and Prometheus metrics.
 //! - [`heap`]: the global allocator (mimalloc) with a count of the bytes held, so memory the
 //!   program holds is told from memory the allocator keeps.
@@ -51,6 +52,7 @@ pub mod node;
 pub mod proposer;
 pub mod read_gate;
 pub mod shards;
+pub mod startup;
 pub mod telemetry;
 pub mod tls;
 pub mod unavailable;

@@ -79,6 +79,7 @@ impl Node {
     /// Opens the meta group's storage (the data directory itself), starts its replica and
     /// makes it reachable by peers.
     pub async fn start(config: Config) -> anyhow::Result<SharedNode> {
+        let started = std::time::Instant::now();
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
         let identity = raftlock_raft::ClusterIdentity::open(&config.data_dir)?;
@@ -114,6 +115,7 @@ impl Node {
         let peer_groups = raftlock_raft::PeerGroups::default();
         peer_groups.host(meta.id, meta.raft.clone(), meta.contact.clone());
         let forward_client = peer_client(peer_tls.as_ref(), Duration::from_secs(2))?;
+        crate::startup::spawn_ready_report(meta.raft.clone(), config.node_id, started);
         Ok(Arc::new(Node {
             config,
             meta,

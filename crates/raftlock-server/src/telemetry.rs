@@ -238,6 +238,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Bytes written to the write-ahead log.",
     ),
     (
+        "raftlock_startup_seconds",
+        Kind::Gauge,
+        "How long each phase of this process's start took (label phase: wal_replay, snapshot_restore and raft_start per group; ready, from the start until the node was a member knowing its leader, on shard 0).",
+    ),
+    (
         "raftlock_snapshot_duration_seconds",
         Kind::Histogram,
         "Time to write a snapshot file durably.",
