@@ -65,6 +65,43 @@ start_etcd() {
   done
 }
 
+# start_zookeeper DIR [java flags...]: a 3-server ensemble as an operator runs one (Debian's
+# zookeeper 3.8, forceSync=yes — the default: every transaction fdatasync'd before it is
+# acknowledged), server i serving clients on 127.0.0.1:218<i> and peers on 288<i>/388<i>,
+# data in DIR/z<i>, log ${ZK_LOGS:-DIR/z}<i>.log. `srvr` is the one four-letter word allowed
+# (how the load generator finds the leader); the admin HTTP server is off.
+start_zookeeper() {
+  local dir=$1 i
+  shift
+  for i in 1 2 3; do
+    mkdir -p "$dir/z$i"
+    echo "$i" >"$dir/z$i/myid"
+    cat >"$dir/z$i.cfg" <<CFG
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/z$i
+clientPort=218$i
+clientPortAddress=127.0.0.1
+forceSync=yes
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=srvr
+server.1=127.0.0.1:2881:3881
+server.2=127.0.0.1:2882:3882
+server.3=127.0.0.1:2883:3883
+CFG
+    # Debian's package has no logging backend for slf4j: the servers log nothing.
+    java -Xmx2g "$@" -cp /usr/share/java/zookeeper.jar \
+      org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/z$i.cfg" \
+      >>"${ZK_LOGS:-$dir/z}$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+# The pids of the processes started here, comma-separated.
+pids_csv() { local IFS=,; echo "${PIDS[*]}"; }
+
 # wait_for URL...: until each answers 2xx; fails after 60 s.
 wait_for() {
   local url deadline=$((SECONDS + 60))

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# `make bench`: raftlock vs etcd on this machine, side by side.
+# `make bench`: raftlock, etcd and ZooKeeper on this machine, side by side.
 #
-# Builds release binaries, installs Debian's etcd-server and fio when missing, measures the
-# disk's fsync latency, then runs the load generator against a 3-node raftlock cluster and a
-# 3-node etcd cluster on loopback — never both at once — in alternating rounds (A B A B), and
-# finally measures raftlock's memory with 1,000,000 held locks and its restart-to-ready time.
+# Builds release binaries, installs Debian's etcd-server, zookeeper and fio when missing,
+# measures the disk's fsync latency, then runs the load generator against a 3-node raftlock
+# cluster, a 3-node etcd cluster and a 3-server ZooKeeper ensemble on loopback — one at a
+# time — in alternating rounds (raftlock, etcd, ZooKeeper, raftlock, …), and finally measures
+# raftlock's memory with 1,000,000 held locks and its restart-to-ready time.
 # Writes docs/benchmarks.md (the generated region only) and docs/benchmarks.svg.
 #
 # Knobs (environment): BENCH_ROUNDS (2), BENCH_SECONDS per cell (5), BENCH_WARMUP (1),
-# BENCH_CLIENTS (1,16,64,256), BENCH_WORKLOADS (1,2,3,3h,4,5,6), BENCH_HELD (100000),
+# BENCH_SYSTEM_WARMUP (10: unmeasured seconds of load on each system before its cells),
+# BENCH_CLIENTS (1,64,256), BENCH_WORKLOADS (1,2,3,3h,4,5,6), BENCH_HELD (100000),
 # BENCH_MEM_LOCKS (1000000; 0 skips the memory phase), BENCH_TLS_ROUNDS (2; 0 skips the TLS
 # phase), BENCH_DIR (target/bench; must be on disk). BENCH_ONLY=tls runs only the TLS phase
 # (and prints its table instead of rewriting docs/benchmarks.md).
@@ -19,7 +21,8 @@ cd "$ROOT"
 ROUNDS=${BENCH_ROUNDS:-2}
 SECS=${BENCH_SECONDS:-5}
 WARMUP=${BENCH_WARMUP:-1}
-CLIENTS=${BENCH_CLIENTS:-1,16,64,256}
+SYSTEM_WARMUP=${BENCH_SYSTEM_WARMUP:-10}
+CLIENTS=${BENCH_CLIENTS:-1,64,256}
 WORKLOADS=${BENCH_WORKLOADS:-1,2,3,3h,4,5,6}
 HELD=${BENCH_HELD:-100000}
 MEM_LOCKS=${BENCH_MEM_LOCKS:-1000000}
@@ -34,15 +37,17 @@ source "$ROOT/crates/raftlock-bench/cluster.sh"
 trap stop_all EXIT
 RL_BIN=$BIN RL_DIR=$WORK/rl RL_PORT=710 RL_SECRET=bench-cluster-secret
 # Each round starts from empty data directories; the logs of every round are kept beside them.
-RL_LOGS=$WORK/rl-n ETCD_LOGS=$WORK/etcd-e
+RL_LOGS=$WORK/rl-n ETCD_LOGS=$WORK/etcd-e ZK_LOGS=$WORK/zk-z
 PLATFORM=bench-platform-token RL_PLATFORM=$PLATFORM
 RL_EPS=$(endpoints 710)
 ETCD_EPS=$(endpoints 2379)
+ZK_EPS=$(endpoints 218)
 
 # ---- tools ----
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v fio >/dev/null || need+=(fio)
+[[ -f /usr/share/java/zookeeper.jar ]] || need+=(zookeeper)
 if ((${#need[@]})); then
   log "installing ${need[*]} from Debian"
   apt-get update && apt-get install -y "${need[@]}"
@@ -52,6 +57,8 @@ case "$ETCD_VERSION" in
   3.4.*|3.5.*) ;;
   *) log "etcd $ETCD_VERSION: expected 3.4 or 3.5"; exit 1 ;;
 esac
+
+ZK_VERSION=$(dpkg-query -W -f '${Version}' zookeeper | sed 's/-.*//')
 
 log "building release binaries"
 cargo build --release -p raftlock-server -p raftlock-bench
@@ -93,21 +100,37 @@ print("%.0f %.2f" % (c["throughput"], c["p99_ms"]))
 PY
 }
 
+# One system's cells for a round, on a cluster started fresh (empty data directories).
+run_system() { # variant round start-function endpoints
+  local variant=$1 round=$2 start=$3 eps=$4
+  rm -rf "$WORK/rl" "$WORK/etcd" "$WORK/zk"
+  "$start"
+  # Unmeasured: lets each system settle (ZooKeeper's JVM compiles its hot paths, every
+  # system's caches and files fill) before its first measured cell.
+  "$BIN/raftlock-bench" run --system "$variant" --endpoints "$eps" --platform-token "$PLATFORM" \
+    --workloads 2 --clients 16 --seconds "$SYSTEM_WARMUP" --warmup 0 --round 0 >/dev/null 2>&1
+  log "round $round: $variant (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$BIN/raftlock-bench" run --system "$variant" --endpoints "$eps" --platform-token "$PLATFORM" \
+    --workloads "$WORKLOADS" --clients "$CLIENTS" --seconds "$SECS" --warmup "$WARMUP" \
+    --held "$HELD" --round "$round" --out "$RESULTS" --server-pids "$(pids_csv)"
+  stop_all
+}
+
+start_etcd_bench() { start_etcd "$WORK/etcd" 2379 2380 bench; }
+start_zookeeper_bench() { start_zookeeper "$WORK/zk"; }
+
 run_round() { # system round
   local system=$1 round=$2
-  rm -rf "$WORK/rl" "$WORK/etcd"
-  if [[ $system == raftlock ]]; then
-    start_raftlock
-    eps=$RL_EPS
-  else
-    start_etcd "$WORK/etcd" 2379 2380 bench
-    eps=$ETCD_EPS
-  fi
-  log "round $round: $system (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$BIN/raftlock-bench" run --system "$system" --endpoints "$eps" --platform-token "$PLATFORM" \
-    --workloads "$WORKLOADS" --clients "$CLIENTS" --seconds "$SECS" --warmup "$WARMUP" \
-    --held "$HELD" --round "$round" --out "$RESULTS"
-  stop_all
+  case $system in
+    raftlock) run_system raftlock "$round" start_raftlock "$RL_EPS" ;;
+    etcd) run_system etcd "$round" start_etcd_bench "$ETCD_EPS" ;;
+    # Each lock recipe on an ensemble of its own: what one leaves behind (sessions closing
+    # with their ephemeral nodes, empty containers to reap) stays out of the other's cells.
+    zookeeper)
+      run_system zookeeper "$round" start_zookeeper_bench "$ZK_EPS"
+      run_system zookeeper-multi "$round" start_zookeeper_bench "$ZK_EPS"
+      ;;
+  esac
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -115,6 +138,7 @@ if [[ -z $ONLY ]]; then
   for ((r = 1; r <= ROUNDS; r++)); do
     run_round raftlock "$r"
     run_round etcd "$r"
+    run_round zookeeper "$r"
   done
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -200,11 +224,11 @@ Loaded by 256 concurrent acquirers (TTL 1 day) in ${LOAD_S} s; data directory of
 
 | measure | node 1 | node 2 | node 3 | target |
 | --- | ---: | ---: | ---: | --- |
-| RSS after loading (MiB) | ${RSS[0]} | ${RSS[1]} | ${RSS[2]} | ≤ 512 |
-| RSS after a full-cluster restart (MiB) | ${RSS2[0]} | ${RSS2[1]} | ${RSS2[2]} | ≤ 512 |
+| RSS after loading (MiB) | ${RSS[0]} | ${RSS[1]} | ${RSS[2]} | ≤ 256 |
+| RSS after a full-cluster restart (MiB) | ${RSS2[0]} | ${RSS2[1]} | ${RSS2[2]} | ≤ 256 |
 
 - Follower node $f killed with SIGKILL and restarted: ready (\`/readyz\` 200 and a read of a held
-  lock answered through it) after **${FOLLOWER_MS} ms**; its RSS then ${FOLLOWER_RSS} MiB. Target ≤ 5 s.
+  lock answered through it) after **${FOLLOWER_MS} ms**; its RSS then ${FOLLOWER_RSS} MiB. Target ≤ 1 s.
 - Latency while snapshots of that state are built (\`raftlock-bench stall\`): ${STALL}.
   Target: p99 < 50 ms.
 - Whole cluster stopped (SIGTERM) and restarted: every node ready and serving that read after
@@ -218,7 +242,8 @@ cat >"$HEADER" <<MD
 ## How it was run
 
 \`make bench\` (\`crates/raftlock-bench/run.sh\`), $(date -u +%Y-%m-%dT%H:%MZ), rounds: $ROUNDS per system
-(raftlock, etcd, raftlock, etcd …), $SECS s measured per cell after $WARMUP s of warm-up.
+(raftlock, etcd, ZooKeeper, raftlock, …), $SECS s measured per cell after $WARMUP s of warm-up;
+each system first takes $SYSTEM_WARMUP s of unmeasured load (acquire+release, 16 clients).
 
 - Machine: $(nproc) CPUs ($CPU_MODEL), $MEM_TOTAL memory; fsync (fio, 4 KiB writes + fdatasync,
   data directory's disk): $FSYNC_P99. Load average before / after: $LOAD_BEFORE / $LOAD_AFTER.
@@ -226,6 +251,13 @@ cat >"$HEADER" <<MD
 - raftlock: 3 nodes on loopback, release build, fsync on (every acknowledged write flushed on a
   quorum), data on disk, default settings except \`RAFTLOCK_LOG=warn\`.
 - etcd $ETCD_VERSION (Debian's \`etcd-server\`): 3 members on loopback, default settings (fsync on).
+- ZooKeeper $ZK_VERSION (Debian's \`zookeeper\`, OpenJDK $(java -version 2>&1 | sed -n '1s/.*version "\([^"]*\)".*/\1/p'), \`-Xmx2g\`): 3 servers on
+  loopback, \`forceSync=yes\` (the default: every transaction fdatasync'd before it is
+  acknowledged), data on disk; clients speak its own protocol (the \`zookeeper-client\` crate),
+  one session each, connected to the leader. Two lock recipes: \`zookeeper\` is Apache
+  Curator's \`InterProcessMutex\` (ephemeral-sequential child + list the children, watch the
+  one below), \`zookeeper-multi\` takes a fresh lock in one round trip (\`multi\`: create the
+  lock's node and the child) — see \`crates/raftlock-bench/src/zk.rs\`.
 - Load generator: \`raftlock-bench\` (one process, one thread, one kept-alive HTTP/1.1
   connection per client, hyper), talking to the leader of each system. etcd is driven through
   its JSON gRPC gateway (\`/v3/...\`).

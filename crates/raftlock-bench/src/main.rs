@@ -1,7 +1,8 @@
 //! `raftlock-bench`: the load generator of `make bench`.
 //!
-//! - `run`: drives one system (raftlock or etcd) through the workloads at each concurrency
-//!   and appends one JSON line per cell to the results file.
+//! - `run`: drives one system (raftlock, etcd, or ZooKeeper with either lock recipe, see
+//!   `zk`) through the workloads at each concurrency and appends one JSON line per cell to
+//!   the results file.
 //! - `load`: holds N project locks (memory and recovery measurement).
 //! - `report`: turns the results into the table of `docs/benchmarks.md` and an SVG plot.
 //! - `stall`: latency of a steady load while snapshots of many held locks are built.
@@ -21,6 +22,7 @@ mod soak;
 mod stall;
 mod systems;
 mod workloads;
+mod zk;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,7 +36,10 @@ use systems::{find_leader, raftlock_project, System, Target};
 use workloads::Ctx;
 
 #[derive(Parser)]
-#[command(name = "raftlock-bench", about = "raftlock vs etcd load generator")]
+#[command(
+    name = "raftlock-bench",
+    about = "raftlock vs etcd and ZooKeeper load generator"
+)]
 struct Cli {
     /// Tokio worker threads of the load generator (1 = a single-threaded runtime).
     #[arg(long, default_value_t = 1, global = true)]
@@ -77,6 +82,9 @@ enum Cmd {
         round: u32,
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The system's server process ids, whose CPU time per operation each cell reports.
+        #[arg(long, value_delimiter = ',')]
+        server_pids: Vec<u32>,
     },
     /// One cell of project-lock writes spread over the cluster's data shards, each client
     /// talking to its shard's leader (`make bench-scaleout`); prints it as a tab-separated
@@ -240,6 +248,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             held,
             round,
             out,
+            server_pids,
         } => {
             let leader = find_leader(system, &endpoints, Duration::from_secs(30)).await?;
             let run_id = format!("r{round}-{}", unix_secs());
@@ -247,7 +256,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 System::Raftlock => Some(
                     raftlock_project(&leader, &platform_token, &format!("bench-{run_id}")).await?,
                 ),
-                System::Etcd => None,
+                System::Etcd | System::Zookeeper | System::ZookeeperMulti => None,
             };
             let ctx = Arc::new(Ctx {
                 target: Target {
@@ -261,7 +270,10 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 ns6: format!("{run_id}-w6"),
                 run_id,
                 spread: Vec::new(),
+                server_pids,
+                zk_holder: Default::default(),
             });
+            workloads::setup(&ctx).await?;
             eprintln!("{} leader {leader}, round {round}", system.name());
             let mut file = match &out {
                 Some(p) => Some(
@@ -277,7 +289,7 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 .iter()
                 .filter(|w| workloads.iter().any(|x| x == *w))
             {
-                if *w == "3h" && system == System::Etcd {
+                if !workloads::runs_on(w, system) {
                     continue;
                 }
                 if *w == "6" {
@@ -364,6 +376,8 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
                 ns6: String::new(),
                 run_id,
                 spread,
+                server_pids: Vec::new(),
+                zk_holder: Default::default(),
             });
             let mut cell = workloads::run_cell(ctx, w, clients).await?;
             cell.system = label;
@@ -435,13 +449,17 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             md,
             system,
         } => {
+            anyhow::ensure!(
+                !system.is_zookeeper(),
+                "the soak drives raftlock or etcd, not ZooKeeper"
+            );
             let leader = find_leader(system, &endpoints, Duration::from_secs(30)).await?;
             let key = match system {
                 System::Raftlock => Some(
                     raftlock_project(&leader, &platform_token, &format!("soak-{}", unix_secs()))
                         .await?,
                 ),
-                System::Etcd => None,
+                System::Etcd | System::Zookeeper | System::ZookeeperMulti => None,
             };
             let target = Target {
                 system,

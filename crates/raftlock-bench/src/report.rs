@@ -1,5 +1,6 @@
-//! Aggregates result lines (mean over rounds) into the markdown table of
-//! `docs/benchmarks.md` and an SVG plot of throughput and p99 against concurrency.
+//! Aggregates result lines (mean over rounds) into the tables of `docs/benchmarks.md` (one
+//! per workload, the systems side by side) and an SVG plot of throughput and p99 against
+//! concurrency.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,7 +24,20 @@ struct Agg {
     errors: u64,
     min_thr: f64,
     max_thr: f64,
+    /// Mean over the rounds that measured it.
+    cpu_us: Option<f64>,
+    /// Rounds that completed no operation in the whole window (a stalled system): counted in
+    /// the throughput mean as 0, left out of the latency means (they have none).
+    stalled: u32,
 }
+
+/// The systems of the report, in column order, with their plot colours.
+const SYSTEMS: [(&str, RGBColor); 4] = [
+    ("raftlock", RED),
+    ("etcd", BLUE),
+    ("zookeeper", GREEN),
+    ("zookeeper-multi", MAGENTA),
+];
 
 type Key = (String, String, usize);
 
@@ -41,19 +55,30 @@ fn aggregate(cells: &[Cell]) -> BTreeMap<Key, Agg> {
             });
         a.rounds += 1;
         a.throughput += c.throughput;
-        a.p50 += c.p50_ms;
-        a.p99 += c.p99_ms;
-        a.p999 += c.p999_ms;
+        if c.ops == 0 {
+            a.stalled += 1;
+        } else {
+            a.p50 += c.p50_ms;
+            a.p99 += c.p99_ms;
+            a.p999 += c.p999_ms;
+        }
         a.errors += c.errors;
         a.min_thr = a.min_thr.min(c.throughput);
         a.max_thr = a.max_thr.max(c.throughput);
+        if let Some(cpu) = c.cpu_us_per_op {
+            // Summed here, divided by the rounds below (every round of a system measures it
+            // or none does).
+            *a.cpu_us.get_or_insert(0.0) += cpu;
+        }
     }
     for a in m.values_mut() {
         let n = a.rounds as f64;
+        let measured = (a.rounds - a.stalled) as f64;
         a.throughput /= n;
-        a.p50 /= n;
-        a.p99 /= n;
-        a.p999 /= n;
+        a.p50 /= measured;
+        a.p99 /= measured;
+        a.p999 /= measured;
+        a.cpu_us = a.cpu_us.map(|c| c / measured);
     }
     m
 }
@@ -68,46 +93,53 @@ fn fmt_ms(v: f64) -> String {
     }
 }
 
+/// One table per workload: a row per (clients, system), the systems side by side at each
+/// concurrency, each row's throughput also as a multiple of raftlock's.
 fn table(m: &BTreeMap<Key, Agg>) -> String {
     let mut out = String::new();
-    out.push_str("| workload | clients | raftlock /s | p50 ms | p99 ms | p99.9 ms | etcd /s | p50 ms | p99 ms | p99.9 ms | raftlock ÷ etcd |\n");
-    out.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for w in workloads::ALL {
         let mut levels: Vec<usize> = m.keys().filter(|k| k.1 == *w).map(|k| k.2).collect();
+        if levels.is_empty() {
+            continue;
+        }
         levels.sort_unstable();
         levels.dedup();
+        out.push_str(&format!(
+            "### {w}: {} ({})\n\n",
+            workloads::title(w),
+            workloads::unit(w)
+        ));
+        out.push_str("| clients | system | throughput | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | ÷ raftlock |\n");
+        out.push_str("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for c in levels {
-            let r = m.get(&("raftlock".into(), w.to_string(), c));
-            let e = m.get(&("etcd".into(), w.to_string(), c));
-            let side = |a: Option<&Agg>| match a {
-                Some(a) => format!(
-                    "{:.0}{} | {} | {} | {}",
+            let raftlock = m.get(&("raftlock".into(), w.to_string(), c));
+            for (system, _) in SYSTEMS {
+                let Some(a) = m.get(&(system.into(), w.to_string(), c)) else {
+                    continue;
+                };
+                let errors = match a.errors {
+                    0 => String::new(),
+                    n => format!(" ({n} err)"),
+                };
+                let errors = match a.stalled {
+                    0 => errors,
+                    n => format!("{errors} ({n} of {} rounds: no operation done)", a.rounds),
+                };
+                let cpu = a.cpu_us.map_or("–".into(), |v| format!("{v:.0}"));
+                let ratio = match raftlock {
+                    Some(r) if a.throughput > 0.0 => format!("{:.2}×", a.throughput / r.throughput),
+                    _ => "–".into(),
+                };
+                out.push_str(&format!(
+                    "| {c} | {system} | {:.0}{errors} | {} | {} | {} | {cpu} | {ratio} |\n",
                     a.throughput,
-                    if a.errors > 0 {
-                        format!(" ({} err)", a.errors)
-                    } else {
-                        String::new()
-                    },
                     fmt_ms(a.p50),
                     fmt_ms(a.p99),
-                    fmt_ms(a.p999)
-                ),
-                None => "n/a | | | ".into(),
-            };
-            let ratio = match (r, e) {
-                (Some(r), Some(e)) if e.throughput > 0.0 => {
-                    format!("{:.2}×", r.throughput / e.throughput)
-                }
-                _ => "–".into(),
-            };
-            out.push_str(&format!(
-                "| {w} {} ({}) | {c} | {} | {} | {ratio} |\n",
-                workloads::title(w),
-                workloads::unit(w),
-                side(r),
-                side(e)
-            ));
+                    fmt_ms(a.p999),
+                ));
+            }
         }
+        out.push('\n');
     }
     out
 }
@@ -163,7 +195,7 @@ fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
     for (row, metric) in ["throughput /s", "p99 ms"].iter().enumerate() {
         for (col, w) in ws.iter().enumerate() {
             let area = &panels[row * ws.len() + col];
-            let series: Vec<Series> = [("raftlock", RED), ("etcd", BLUE)]
+            let series: Vec<Series> = SYSTEMS
                 .iter()
                 .map(|(s, color)| {
                     let pts = m
@@ -174,6 +206,7 @@ fn plot(m: &BTreeMap<Key, Agg>, svg: &Path) -> anyhow::Result<()> {
                         .collect();
                     (*s, *color, pts)
                 })
+                .filter(|(_, _, pts): &Series| !pts.is_empty())
                 .collect();
             let all: Vec<f64> = series
                 .iter()
@@ -317,9 +350,12 @@ pub fn write(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let region = format!(
-        "{BEGIN}\n{}\n## Results\n\nMean of {rounds} round(s) per system, rounds alternating A B A B. \
-Throughput in the unit of the workload; latencies are per operation (per cycle for 2 and 6, \
-from first attempt to release for 3).\n\n{}\n{}\n![throughput and p99 against concurrency]({svg_name})\n\n{}\n{END}",
+        "{BEGIN}\n{}\n## Results\n\nMean of {rounds} round(s) per system, the systems taking turns \
+in each round (raftlock, etcd, ZooKeeper). Throughput in the unit of the workload; latencies \
+are per operation (per cycle for 2 and 6, from first attempt to release for 3 and 3h); server \
+CPU is the user + system time of the system's three server processes in the measured window, \
+divided by the operations (the load generator's own CPU is not counted).\n\n\
+![throughput and p99 against concurrency]({svg_name})\n\n{}\n{}\n{}\n{END}",
         read(header)?,
         table(&m),
         spread(&m),
@@ -328,7 +364,7 @@ from first attempt to release for 3).\n\n{}\n{}\n![throughput and p99 against co
     let old = std::fs::read_to_string(md).unwrap_or_default();
     let new = match (old.find(BEGIN), old.find(END)) {
         (Some(b), Some(e)) if e > b => format!("{}{region}{}", &old[..b], &old[e + END.len()..]),
-        _ => format!("# Benchmarks: raftlock vs etcd\n\n{region}\n"),
+        _ => format!("# Benchmarks: raftlock, etcd and ZooKeeper\n\n{region}\n"),
     };
     std::fs::write(md, new).with_context(|| format!("writing {}", md.display()))?;
     print!("{}", table(&m));
@@ -338,6 +374,23 @@ from first attempt to release for 3).\n\n{}\n{}\n![throughput and p99 against co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_that_did_nothing_halves_the_throughput_and_leaves_the_latencies_alone() {
+        let done = r#"{"system":"zookeeper","workload":"1","clients":1,"round":1,"ops":1934,"seconds":5.0,"throughput":386.8,"p50_ms":2.2,"p99_ms":9.3,"p999_ms":20.7,"errors":0,"cpu_us_per_op":3252.0}"#;
+        let stalled = r#"{"system":"zookeeper","workload":"1","clients":1,"round":2,"ops":0,"seconds":5.0,"throughput":0.0,"p50_ms":null,"p99_ms":null,"p999_ms":null,"errors":0,"cpu_us_per_op":null}"#;
+        let cells: Vec<Cell> = [done, stalled]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(cells[1].p50_ms.is_nan());
+        let m = aggregate(&cells);
+        let a = m[&("zookeeper".to_string(), "1".to_string(), 1)];
+        assert_eq!((a.rounds, a.stalled), (2, 1));
+        assert_eq!(a.throughput, 386.8 / 2.0);
+        assert_eq!((a.p50, a.p99, a.cpu_us), (2.2, 9.3, Some(3252.0)));
+        assert!(table(&m).contains("(1 of 2 rounds: no operation done)"));
+    }
 
     #[test]
     fn soak_rows_are_read_from_the_table_and_the_header_is_skipped() {

@@ -111,6 +111,9 @@ impl SoakMetrics {
         match system {
             System::Raftlock => &RAFTLOCK_METRICS,
             System::Etcd => &ETCD_METRICS,
+            System::Zookeeper | System::ZookeeperMulti => {
+                unreachable!("the soak refuses ZooKeeper before it starts")
+            }
         }
     }
 
@@ -515,6 +518,9 @@ async fn work(
             }
             (System::Etcd, renews) => {
                 etcd_job(&mut c, worker, job, renews, &mut lease, &mut latencies).await
+            }
+            (System::Zookeeper | System::ZookeeperMulti, _) => {
+                unreachable!("the soak refuses ZooKeeper before it starts")
             }
         };
         if trace_slow && latencies.iter().any(|l| *l > 100_000) {

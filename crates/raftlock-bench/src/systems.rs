@@ -1,9 +1,10 @@
-//! The two systems under test, as the handful of calls the workloads make.
+//! The systems under test, as the handful of calls the workloads make.
 //!
 //! raftlock: project locks (`/locks/...`) and hierarchical RPCs (`/v1beta/...`) on the leader.
 //! etcd: the JSON gRPC gateway (`/v3/...`), keys and values base64, on the leader. A lock is
 //! a key created if absent (`txn` comparing `create_revision == 0`) under a granted lease,
 //! which is how etcd's own `concurrency.Mutex` takes one, minus the waiting.
+//! ZooKeeper: its own protocol, see [`crate::zk`].
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,10 @@ pub const LOCK_TOKEN: &str = "x-volcano-lock-token";
 pub enum System {
     Raftlock,
     Etcd,
+    /// ZooKeeper with Apache Curator's lock recipe.
+    Zookeeper,
+    /// ZooKeeper with one-round-trip `multi` locks.
+    ZookeeperMulti,
 }
 
 impl System {
@@ -29,7 +34,13 @@ impl System {
         match self {
             System::Raftlock => "raftlock",
             System::Etcd => "etcd",
+            System::Zookeeper => "zookeeper",
+            System::ZookeeperMulti => "zookeeper-multi",
         }
+    }
+
+    pub fn is_zookeeper(self) -> bool {
+        matches!(self, System::Zookeeper | System::ZookeeperMulti)
     }
 }
 
@@ -55,6 +66,9 @@ pub async fn find_leader(
     endpoints: &[String],
     wait: Duration,
 ) -> anyhow::Result<String> {
+    if system.is_zookeeper() {
+        return crate::zk::find_leader(endpoints, wait).await;
+    }
     let deadline = Instant::now() + wait;
     loop {
         match leader_once(system, endpoints).await {
@@ -91,6 +105,7 @@ async fn leader_once(system: System, endpoints: &[String]) -> anyhow::Result<Opt
                     }
                 }
             }
+            System::Zookeeper | System::ZookeeperMulti => unreachable!("asked with srvr"),
             System::Etcd => {
                 let (status, v) = c
                     .json(Method::POST, "/v3/maintenance/status", &[], &json!({}))
