@@ -8,7 +8,7 @@
 # Knobs: COST_ROUNDS (2), COST_SECONDS (5), COST_CLIENTS (1,64,256), COST_DIR (target/cost;
 # on disk), COST_SETUPS (space-separated `label=bin_dir[:worker_threads]`; default
 # `default=target/release one-worker=target/release:1`, built first), COST_ETCD (1; 0 skips).
-# Results are printed, not written into docs/benchmarks.md (its *Peer transport* table came
+# Results are printed, not written into docs/benchmarks.md (its former *Peer transport* table came
 # from this script).
 set -euo pipefail
 

@@ -12,7 +12,7 @@
 # hierarchical ones, alternately: 2.5 requests a job). The default, `half`, is the issue's
 # load, half of this machine's maximum: a 1-minute probe on a cluster of its own (small state,
 # the same workers, flags and niceness) offers SOAK_PROBE_RATE jobs/s (8000), more than a
-# 2-vCPU machine serves (14,900-20,500 requests/s on the machines of docs/benchmarks.md), and
+# 2-vCPU machine serves (14,900-20,500 requests/s on the machines measured so far), and
 # the soak then runs at half of the requests/s it served (÷ 2.5, to the nearest 50 jobs/s);
 # a probe that served 97 % of its offer or more was not saturated and is repeated at twice the
 # rate.
@@ -33,7 +33,7 @@
 # the service, never hidden. It used to run at -10; that cost more than it saved: a
 # higher-weight generator preempted the leader's worker ~8,600 times a second, and at half
 # the maximum 9 of 13 minutes missed p99 against 0 of 5 at nice 0, with the generator no
-# later (docs/benchmarks.md, 2026-12-04 evening). SOAK_WORKERS: each node's
+# later (git history of docs/benchmarks.md, 2026-12-04 evening). SOAK_WORKERS: each node's
 # `--worker-threads` (default CPUs ÷ 3, at least 1 — what `raftlock dev` gives nodes sharing a
 # machine; docs/operations.md); `default` leaves the flag out (one worker per CPU per node).
 # SOAK_NODE_FLAGS: more `raftlock serve` flags for every node (e.g. `--snapshot-logs 50000`).

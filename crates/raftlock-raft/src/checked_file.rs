@@ -56,7 +56,7 @@ pub fn save_with_bytes<T: Serialize>(
 /// assumes the length field of an encoding of [`LONG_TAIL`] bytes or more; a shorter one is
 /// written again with the headers known (a second pass over a small value). Measuring a
 /// 1M-lock snapshot before writing it took 0.26–0.37 s of CPU of the 0.57–0.77 s it cost in
-/// all (docs/benchmarks.md, 2026-12-04).
+/// all (the soaks of 2026-12-04, git history of docs/benchmarks.md).
 pub fn save_streamed<T: Serialize, U: Serialize>(
     dir: &dyn Dir,
     name: &str,

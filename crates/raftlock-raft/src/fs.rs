@@ -54,7 +54,7 @@ pub trait Dir: Send + Sync + 'static {
     /// after each cut, then the rest. For a large file nobody needs any more (a purged WAL
     /// segment, a replaced snapshot). On a file system mounted with `discard`, freeing 64 MiB at once sends the
     /// device one large discard that every fsync queued behind it waits for (writes of all
-    /// three nodes of a soak stalled 80–250 ms at each segment removal; docs/benchmarks.md);
+    /// three nodes of a soak stalled 80–250 ms at each segment removal; git history of docs/benchmarks.md);
     /// freed piece by piece, a sync waits for one small discard at most. Not durable, and not
     /// meant to be: the caller has given the file a temporary name the next start
     /// deletes.
@@ -279,7 +279,7 @@ pub fn write_atomically(dir: &dyn Dir, name: &str, parts: &[&[u8]]) -> io::Resul
 /// ([`retire`]) and freed a piece at a time once the new one is in place
 /// ([`Dir::remove_gradually`]). On a file system mounted with `discard`, the rename over a
 /// ~100 MB snapshot freed it whole, in the rename itself: one large discard that took the
-/// rename 75–156 ms and held another file's `fdatasync` up to 280 ms (docs/benchmarks.md). A
+/// rename 75–156 ms and held another file's `fdatasync` up to 280 ms (git history of docs/benchmarks.md, 2026-12-04). A
 /// crash leaves at most a temporary file, which the next start deletes.
 pub fn write_atomically_with(
     dir: &dyn Dir,
@@ -367,7 +367,7 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
 /// on the leader slowed every log sync for the ~0.5 s it took, the leader's commits fell
 /// below the offered rate, and jobs queued 100–260 ms; in 1M-held soaks every job over
 /// 100 ms but one second's ended within 1.1 s of a node starting a snapshot. With the rests,
-/// an 8-minute run had none (docs/benchmarks.md, *2026-12-04, night*).
+/// an 8-minute run had none (the soak of the night of 2026-12-04, git history of docs/benchmarks.md).
 const PIECE_PAUSE_FACTOR: u32 = 3;
 /// The longest rest after one piece: a disk that stalls for seconds on one piece is not
 /// waited for three times as long again.

@@ -189,8 +189,8 @@ impl NodeClock {
     /// can reach past the log's end — a restored data directory holds a snapshot and no log
     /// at all — and its time is the backup's (or the restore's), replayed, not a live
     /// observation. Taken as live, a restored cluster's first leader drew its line from it and
-    /// the cluster ran behind real time by the backup's age (issue 39: `clock_offset_ms`
-    /// 20,074 after a restore 20 s after the save, a 30 s lease promised 9 s ahead).
+    /// the cluster ran behind real time by the backup's age (`clock_offset_ms` 20,074 after
+    /// a restore 20 s after the save, a 30 s lease promised 9 s ahead).
     fn started_at(&self, index: u64, time: Nanos) {
         self.start_index.fetch_max(index, Ordering::Relaxed);
         self.replayed_time.fetch_max(time, Ordering::Relaxed);

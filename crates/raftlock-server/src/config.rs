@@ -79,7 +79,7 @@ pub struct ServeArgs {
     pub max_connections: Option<usize>,
     /// Threads running the node's async work (default: one per CPU). Nodes sharing a machine
     /// (a dev or test cluster) do better with CPUs ÷ nodes: fewer idle workers to wake per
-    /// request (docs/benchmarks.md, *Peer transport*).
+    /// request (the peer-transport measurements of 2026-12-01 in the git history of docs/benchmarks.md).
     #[arg(long, env = "RAFTLOCK_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
     /// A separate address for node-to-node traffic (Raft RPCs, forwarded requests,

@@ -32,7 +32,7 @@ pub struct CountingMimalloc;
 /// `main`. With them, khugepaged (which by default collapses a 2 MiB region with a single
 /// page in use) turned scattered small pages of the heap into whole resident huge pages
 /// minutes after the fact: RSS steps of tens of MiB that no allocation made and no free gives
-/// back (docs/benchmarks.md, *Soak*, 2026-12-03). Not advising the arena (`no_thp`) is
+/// back (the soaks of 2026-12-03, git history of docs/benchmarks.md). Not advising the arena (`no_thp`) is
 /// enough where THP is `madvise`; on an `always` host only this keeps them off.
 /// Best effort: a kernel without the call leaves things as they were.
 pub fn keep_huge_pages_off() {
