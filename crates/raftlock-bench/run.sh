@@ -174,6 +174,21 @@ fi
 # ---- memory and recovery (raftlock) ----
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# The node's start, phase by phase, from its raftlock_startup_seconds series.
+startup_phases() { # addr
+  local text _
+  # `ready` is recorded by the node as /readyz turns 200; give it a moment.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    text=$(curl -s "http://$1/metrics")
+    grep -q 'phase="ready"' <<<"$text" && break
+    sleep 0.2
+  done
+  python3 -c '
+import re, sys
+order = ["wal_replay", "snapshot_restore", "raft_start", "ready"]
+found = dict(re.findall(r"^raftlock_startup_seconds\{shard=\"0\",phase=\"(\w+)\"\} (\S+)", sys.stdin.read(), re.M))
+print(", ".join("%s %.0f ms" % (p, float(found[p]) * 1000) for p in order if p in found))' <<<"$text"
+}
 ready_and_read() { # addr key -> 0 once /readyz is 200 and a read of a held lock answers held:true
   curl -sf "http://$1/readyz" >/dev/null &&
     curl -sf -H "Authorization: Bearer $2" "http://$1/locks/mem-1" | grep -q '"held":true'
@@ -206,6 +221,7 @@ if ((MEM_LOCKS > 0)); then
   until ready_and_read "127.0.0.1:710$f" "$KEY"; do sleep 0.02; done
   FOLLOWER_MS=$(( $(now_ms) - t0 ))
   FOLLOWER_RSS=$(rss_mib "${PIDS[$((f - 1))]}")
+  PHASES=$(startup_phases "127.0.0.1:710$f")
   log "restarting the whole cluster (SIGTERM)"
   stop_all
   t0=$(now_ms)
@@ -229,6 +245,8 @@ Loaded by 256 concurrent acquirers (TTL 1 day) in ${LOAD_S} s; data directory of
 
 - Follower node $f killed with SIGKILL and restarted: ready (\`/readyz\` 200 and a read of a held
   lock answered through it) after **${FOLLOWER_MS} ms**; its RSS then ${FOLLOWER_RSS} MiB. Target ≤ 1 s.
+  Its start, phase by phase (\`raftlock_startup_seconds\`; \`ready\` counts from the process's
+  start): ${PHASES}.
 - Latency while snapshots of that state are built (\`raftlock-bench stall\`): ${STALL}.
   Target: p99 < 50 ms.
 - Whole cluster stopped (SIGTERM) and restarted: every node ready and serving that read after
