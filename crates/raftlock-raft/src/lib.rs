@@ -63,6 +63,6 @@ pub use network::{
     CLUSTER_SECRET_HEADER, SOURCE_HEADER,
 };
 pub use state_machine::{SharedState, SmData, StateMachineStore};
-pub use store::{open, open_in, open_timed, open_with_limits, OpenTimes};
+pub use store::{open, open_in, open_timed, OpenTimes};
 pub use typ::*;
 pub use waiters::WaiterBoard;

@@ -46,28 +46,12 @@ pub struct OpenTimes {
 }
 
 /// [`open`], also saying how long each store took to open (a node reports its start-up phases).
-pub fn open_timed(dir: &Path) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
-    open_with_limits_timed(dir, Limits::default())
-}
-
-/// Like [`open`], with the limits of a state machine that starts empty. Once a snapshot
-/// exists the limits come from it, since they are part of the replicated state.
-pub fn open_with_limits(
-    path: &Path,
-    limits: Limits,
-) -> Result<(LogStore, StateMachineStore), StoreError> {
-    open_with_limits_timed(path, limits).map(|(log, state, _)| (log, state))
-}
-
-fn open_with_limits_timed(
-    path: &Path,
-    limits: Limits,
-) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
+pub fn open_timed(path: &Path) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
     refuse_sled_layout(path)?;
     let dir: Arc<dyn Dir> =
         Arc::new(OsDir::open(path).map_err(|e| StoreError::io(path.display().to_string(), e))?);
     let lock = lock_dir(path)?;
-    open_in_timed(dir, limits, DEFAULT_SEGMENT_BYTES, Some(lock))
+    open_in_timed(dir, Limits::default(), DEFAULT_SEGMENT_BYTES, Some(lock))
 }
 
 /// Opens both stores over any [`Dir`] (the simulated disk of the crash tests, or a real one).
