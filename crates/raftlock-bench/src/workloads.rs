@@ -496,22 +496,17 @@ async fn zk_loop(
     let mut n: u64 = 0;
     while let Some(t0) = rec.next() {
         n += 1;
+        // The lock this operation takes: a fresh one, or the cell's hot one.
         let key = match w {
+            "3" | "3h" => hot.clone(),
             "6" => format!("{dir}/w6/g{}/x{prefix}-{n}", idx % 100),
             _ => format!("{dir}/{prefix}-{n}"),
         };
         let r: anyhow::Result<()> = match (ctx.target.system, w) {
             (System::Zookeeper, "1") => zk::curator_acquire(zk, &key).await.map(drop),
-            (System::Zookeeper, "2" | "6") => {
+            (System::Zookeeper, "2" | "3h" | "6") => {
                 async {
                     let child = zk::curator_acquire(zk, &key).await?;
-                    zk::curator_release(zk, &child).await
-                }
-                .await
-            }
-            (System::Zookeeper, "3h") => {
-                async {
-                    let child = zk::curator_acquire(zk, &hot).await?;
                     zk::curator_release(zk, &child).await
                 }
                 .await
@@ -531,12 +526,12 @@ async fn zk_loop(
             }
             (System::ZookeeperMulti, "3") => {
                 async {
-                    while !zk::try_ephemeral(zk, &hot).await? {
+                    while !zk::try_ephemeral(zk, &key).await? {
                         if rec.next().is_none() {
                             bail!("run over");
                         }
                     }
-                    zk.delete(&hot, None).await.map_err(Into::into)
+                    zk.delete(&key, None).await.map_err(Into::into)
                 }
                 .await
             }
