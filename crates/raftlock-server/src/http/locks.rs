@@ -73,7 +73,7 @@ async fn list(
             },
             expires_at: rfc3339_floor(lease.expires_at),
             fencing_token: lease.fencing_token,
-            holder: format!("{:032x}", lease.token)[..8].to_string(),
+            holder: format!("{:032x}", u128::from(lease.token))[..8].to_string(),
         })
         .collect();
     let next = more.then(|| locks.last().map(|l| l.key.clone())).flatten();
