@@ -118,6 +118,49 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
+/// `#[serde(with = "codec::bytes")]` for a `Vec<u8>` field (an encoded state inside a
+/// snapshot file): encoded exactly as serde encodes any `Vec<u8>` (its length, then the
+/// bytes), but decoded in one copy. Serde's `Vec<u8>` decodes byte by byte, and for a 50 MB
+/// snapshot that was a sixth of a restart's CPU.
+pub mod bytes {
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        d.deserialize_byte_buf(BytesVisitor)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("bytes")
+        }
+
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+
+        fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(b) = seq.next_element()? {
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+}
+
 /// Bytes in front of every frame's payload: its length and its CRC32C, both `u32`
 /// little-endian.
 pub const FRAME_HEADER_LEN: usize = 8;
@@ -231,6 +274,39 @@ pub fn read_frame(buf: &[u8], at: usize) -> FrameRead<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Plain {
+        head: u64,
+        data: Vec<u8>,
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Bytes {
+        head: u64,
+        #[serde(with = "super::bytes")]
+        data: Vec<u8>,
+    }
+
+    #[test]
+    fn bytes_encode_as_any_vec_of_bytes_and_decode_back() {
+        for len in [0usize, 1, 250, 251, 70_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let plain = super::encode(&Plain {
+                head: 9,
+                data: data.clone(),
+            })
+            .unwrap();
+            let bytes = super::encode(&Bytes {
+                head: 9,
+                data: data.clone(),
+            })
+            .unwrap();
+            assert_eq!(plain, bytes, "{len} bytes");
+            let back: Bytes = super::decode(&plain).unwrap();
+            assert_eq!(back, Bytes { head: 9, data });
+        }
+    }
+
     use super::*;
 
     #[derive(Serialize)]

@@ -62,7 +62,7 @@ pub use network::{
     carries_current_vote, internal_router, LeaderContact, Network, NetworkConnection, PeerGroups,
     CLUSTER_SECRET_HEADER, SOURCE_HEADER,
 };
-pub use state_machine::{SharedState, SmData, StateMachineStore};
+pub use state_machine::{ApplyTime, SharedState, SmData, StateMachineStore};
 pub use store::{open, open_in, open_timed, OpenTimes};
 pub use typ::*;
 pub use waiters::WaiterBoard;

@@ -8,8 +8,9 @@
 //! openraft re-applies the committed log after it.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -48,6 +49,7 @@ pub type SharedState = Arc<RwLock<SmData>>;
 #[derive(Serialize, Deserialize)]
 pub(crate) struct StoredSnapshot {
     pub(crate) meta: SnapshotMeta,
+    #[serde(with = "codec::bytes")]
     pub(crate) data: Vec<u8>,
 }
 
@@ -80,6 +82,24 @@ impl SnapshotBody {
     }
 }
 
+/// The time this node spent applying committed entries, in total since it started: what the
+/// entries after a snapshot cost to apply is about what replaying them costs at a restart, so
+/// the compactor snapshots before that grows past its budget (`--snapshot-replay-ms`).
+#[derive(Debug, Default)]
+pub struct ApplyTime(AtomicU64);
+
+impl ApplyTime {
+    fn add(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The total so far.
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+}
+
 /// Storage shared by the state machine and its snapshot builders.
 #[derive(Clone)]
 struct Shared {
@@ -93,6 +113,8 @@ struct Shared {
     persisted: Arc<tokio::sync::Mutex<Option<LogId>>>,
     /// Calls waiting in hierarchical queues, woken when the machine reports their waiter resolved.
     waiters: Arc<WaiterBoard>,
+    /// Time spent in [`RaftStateMachine::apply`] (read by the compactor).
+    apply_time: Arc<ApplyTime>,
 }
 
 /// openraft's [`RaftStateMachine`] for raftlock.
@@ -273,6 +295,7 @@ impl StateMachineStore {
             dir,
             persisted: Arc::new(tokio::sync::Mutex::new(None)),
             waiters: Arc::new(WaiterBoard::default()),
+            apply_time: Arc::default(),
         };
         if let Some(snap) = shared.read_snapshot()? {
             *shared.persisted.try_lock().expect("not shared yet") = snap.meta.last_log_id;
@@ -303,6 +326,11 @@ impl StateMachineStore {
     /// Where calls waiting in hierarchical queues register to be woken when their waiter is resolved.
     pub fn waiter_board(&self) -> Arc<WaiterBoard> {
         self.shared.waiters.clone()
+    }
+
+    /// How long this node has spent applying entries (see [`ApplyTime`]).
+    pub fn apply_time(&self) -> Arc<ApplyTime> {
+        self.shared.apply_time.clone()
     }
 }
 
@@ -390,8 +418,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             (replies, state.last_applied, resolved)
         };
         // The state was write-locked this long: linearizable reads waited as much.
-        metrics::histogram!("raftlock_apply_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        metrics::histogram!("raftlock_apply_duration_seconds").record(took.as_secs_f64());
+        self.shared.apply_time.add(took);
         self.shared.publish_applied(last_applied.as_ref());
         self.shared.waiters.resolved(&resolved);
         Ok(replies)

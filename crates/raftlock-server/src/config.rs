@@ -57,6 +57,11 @@ pub struct ServeArgs {
     /// can be large: a count alone does not bound the disk).
     #[arg(long, env = "RAFTLOCK_SNAPSHOT_BYTES")]
     pub snapshot_bytes: Option<u64>,
+    /// And once applying the log since the last snapshot took this many milliseconds: a
+    /// restart replays that log after restoring the snapshot, so this bounds what it adds to
+    /// a restart.
+    #[arg(long, env = "RAFTLOCK_SNAPSHOT_REPLAY_MS")]
+    pub snapshot_replay_ms: Option<u64>,
     /// `text` or `json`.
     #[arg(long, env = "RAFTLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -126,6 +131,8 @@ pub struct Config {
     pub snapshot_logs: u64,
     /// See [`ServeArgs::snapshot_bytes`].
     pub snapshot_bytes: u64,
+    /// See [`ServeArgs::snapshot_replay_ms`].
+    pub snapshot_replay: Duration,
     pub log_format: String,
     pub log: String,
     /// See [`ServeArgs::max_clock_offset_ms`].
@@ -176,6 +183,15 @@ pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
 }
 
 impl Config {
+    /// When each group of this node snapshots.
+    pub fn snapshot_policy(&self) -> crate::compaction::SnapshotPolicy {
+        crate::compaction::SnapshotPolicy {
+            logs: self.snapshot_logs,
+            bytes: self.snapshot_bytes,
+            replay: self.snapshot_replay,
+        }
+    }
+
     /// The openraft timing every group of this node runs with.
     pub fn raft_timing(&self) -> raftlock_raft::RaftTiming {
         raftlock_raft::RaftTiming {
@@ -204,6 +220,7 @@ impl ServeArgs {
             election_timeout_ms: self.election_timeout_ms.or(other.election_timeout_ms),
             snapshot_logs: self.snapshot_logs.or(other.snapshot_logs),
             snapshot_bytes: self.snapshot_bytes.or(other.snapshot_bytes),
+            snapshot_replay_ms: self.snapshot_replay_ms.or(other.snapshot_replay_ms),
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
             max_clock_offset_ms: self.max_clock_offset_ms.or(other.max_clock_offset_ms),
@@ -291,6 +308,7 @@ impl ServeArgs {
             election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(250)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             snapshot_bytes: a.snapshot_bytes.unwrap_or(64 << 20),
+            snapshot_replay: Duration::from_millis(a.snapshot_replay_ms.unwrap_or(250)),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),

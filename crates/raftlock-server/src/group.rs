@@ -17,7 +17,7 @@ use raftlock_core::{Nanos, Op, Outcome};
 use raftlock_raft::{GroupId, Raft, SharedState};
 
 use crate::clock::{applied_time, NodeClock};
-use crate::compaction::{snapshot_due, LogGrowth, SnapshotReason};
+use crate::compaction::{snapshot_due, LogGrowth, SnapshotPolicy, SnapshotReason};
 use crate::config::Config;
 use crate::proposer::Proposer;
 use crate::read_gate::ReadGate;
@@ -51,6 +51,8 @@ pub struct Group {
     pub waiters: Arc<raftlock_raft::WaiterBoard>,
     /// The group's data directory (log, vote, snapshot).
     dir: PathBuf,
+    /// Time spent applying entries, which the compactor keeps within the replay budget.
+    apply_time: Arc<raftlock_raft::ApplyTime>,
     /// True once the node is stopping: the group never campaigns again.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -83,6 +85,7 @@ impl Group {
         let applied_rx = sm_store.subscribe_applied();
         let waiters = sm_store.waiter_board();
         let state = sm_store.shared();
+        let apply_time = sm_store.apply_time();
         let raft_config = raftlock_raft::raft_config(&config.raft_timing())?;
         let log = log_store.clone();
         let raft_started = std::time::Instant::now();
@@ -113,6 +116,7 @@ impl Group {
             log,
             waiters,
             dir,
+            apply_time,
             stopping,
         })
     }
@@ -240,7 +244,7 @@ impl Group {
     /// `--snapshot-bytes` and the size of the last snapshot file, and asks openraft for a
     /// snapshot when one is due; the snapshot lets the log be purged (whole WAL segments are
     /// deleted).
-    pub fn spawn_compactor(self: &Arc<Self>, snapshot_logs: u64, snapshot_bytes: u64) {
+    pub fn spawn_compactor(self: &Arc<Self>, policy: SnapshotPolicy) {
         let node = Arc::clone(self);
         let snapshot_file = node.dir.join(raftlock_raft::state_machine::SNAPSHOT_FILE);
         tokio::spawn(async move {
@@ -248,6 +252,7 @@ impl Group {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_snapshot = node.raft.metrics().borrow().snapshot;
             let mut mark = node.log.bytes_written();
+            let mut apply_mark = node.apply_time.total();
             loop {
                 interval.tick().await;
                 if node.is_stopping() {
@@ -259,9 +264,11 @@ impl Group {
                     (m.snapshot, m.last_applied)
                 };
                 let written = node.log.bytes_written();
+                let applying = node.apply_time.total();
                 if snapshot != last_snapshot {
                     last_snapshot = snapshot;
                     mark = written;
+                    apply_mark = applying;
                 }
                 let growth = LogGrowth {
                     entries: applied
@@ -269,8 +276,9 @@ impl Group {
                         .saturating_sub(snapshot.map_or(0, |s| s.index)),
                     bytes: written.saturating_sub(mark),
                     snapshot_bytes: std::fs::metadata(&snapshot_file).map_or(0, |m| m.len()),
+                    apply: applying.saturating_sub(apply_mark),
                 };
-                let due = snapshot_due(node.node_id, &growth, snapshot_logs, snapshot_bytes);
+                let due = snapshot_due(node.node_id, &growth, &policy);
                 let Some(reason) = due else {
                     continue;
                 };
@@ -280,6 +288,7 @@ impl Group {
                 }
                 // Counted from now, so a slow build is not asked for again every second.
                 mark = written;
+                apply_mark = applying;
                 if let Err(e) = node.raft.trigger().snapshot().await {
                     tracing::warn!(error = %e, "cannot trigger a snapshot");
                 }

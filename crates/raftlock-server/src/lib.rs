@@ -121,7 +121,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     election::spawn(node.clone(), node.meta.clone(), node.election_timing);
     node.bootstrap().await?;
     node.meta.spawn_ticker(node.config.tick);
-    (node.meta).spawn_compactor(node.config.snapshot_logs, node.config.snapshot_bytes);
+    (node.meta).spawn_compactor(node.config.snapshot_policy());
     shards::spawn_keeper(node.clone());
     balance::spawn(node.clone());
     shutdown_signal().await;

@@ -84,7 +84,7 @@ async fn start(node: &SharedNode, id: GroupId, members: &BTreeSet<u64>) -> anyho
         .insert(id, group.clone());
     crate::election::spawn(node.clone(), group.clone(), node.election_timing);
     group.spawn_ticker(node.config.tick);
-    group.spawn_compactor(node.config.snapshot_logs, node.config.snapshot_bytes);
+    group.spawn_compactor(node.config.snapshot_policy());
     tracing::info!(shard = id, ?members, "shard replica started");
     let lowest = members.first().copied();
     if lowest == Some(node.config.node_id) && !group.raft.is_initialized().await? {
