@@ -195,14 +195,67 @@ pub struct ProjectLocks {
 /// with an empty index would never reap a lease and would count none.
 #[derive(Deserialize)]
 struct ProjectLocksWire {
-    leases: OrdMap<Name, OrdMap<Name, ProjectLease>>,
+    leases: OrdMap<Name, DecodedKeys>,
     next_fencing_token: u64,
+}
+
+/// One project's leases as a snapshot holds them (in key order), decoded into a map whose
+/// leaves are full ([`insert_filling_leaves`]).
+#[derive(Clone)]
+struct DecodedKeys(OrdMap<Name, ProjectLease>);
+
+impl<'de> Deserialize<'de> for DecodedKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct KeysVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeysVisitor {
+            type Value = DecodedKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of keys to leases")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> std::result::Result<DecodedKeys, A::Error> {
+                let mut sorted = Vec::with_capacity(access.size_hint().unwrap_or(0));
+                while let Some(entry) = access.next_entry()? {
+                    sorted.push(entry);
+                }
+                let mut keys = OrdMap::new();
+                insert_filling_leaves(sorted, |(key, lease)| {
+                    keys.insert(key, lease);
+                });
+                Ok(DecodedKeys(keys))
+            }
+        }
+        d.deserialize_map(KeysVisitor)
+    }
+}
+
+/// Inserts `sorted` (in ascending order) by `insert` into an empty B-tree so that its leaves
+/// end up full. imbl splits a full leaf in half, so entries inserted in order leave every leaf
+/// half empty — a decoded state of 1M locks took twice the memory of the state it was
+/// encoded from. Every other entry first, then the rest, fills each half-full leaf to the brim
+/// instead. (Any order gives the same map; only its memory differs.)
+fn insert_filling_leaves<T>(sorted: Vec<T>, mut insert: impl FnMut(T)) {
+    let mut second = Vec::with_capacity(sorted.len() / 2);
+    for (i, item) in sorted.into_iter().enumerate() {
+        if i % 2 == 0 {
+            insert(item);
+        } else {
+            second.push(item);
+        }
+    }
+    second.into_iter().for_each(insert);
 }
 
 impl From<ProjectLocksWire> for ProjectLocks {
     fn from(wire: ProjectLocksWire) -> Self {
         let mut locks = ProjectLocks {
-            leases: wire.leases,
+            leases: wire
+                .leases
+                .into_iter()
+                .map(|(project, DecodedKeys(keys))| (project, keys))
+                .collect(),
             by_eligibility: OrdSet::new(),
             next_fencing_token: wire.next_fencing_token,
             // Not encoded: counted from the state until `count_usage` keeps them.
@@ -229,7 +282,11 @@ pub struct ProjectLocksV3 {
 impl From<ProjectLocksV3> for ProjectLocks {
     fn from(v3: ProjectLocksV3) -> Self {
         ProjectLocksWire {
-            leases: v3.leases,
+            leases: v3
+                .leases
+                .into_iter()
+                .map(|(project, keys)| (project, DecodedKeys(keys)))
+                .collect(),
             next_fencing_token: v3.next_fencing_token,
         }
         .into()
@@ -287,13 +344,22 @@ impl ProjectLocks {
     /// Every lease's (takeover-eligible time, project, key): what `by_eligibility` holds
     /// when it is exact.
     fn eligibility_index(&self) -> OrdSet<(Nanos, Name, Name)> {
-        self.leases
+        // In (project, key) order as collected; a stable sort by time alone then gives the
+        // index's (time, project, key) order without comparing a name.
+        let mut sorted: Vec<_> = self
+            .leases
             .iter()
             .flat_map(|(project, keys)| {
                 keys.iter()
                     .map(move |(key, lease)| (lease.eligible_at(), project.clone(), key.clone()))
             })
-            .collect()
+            .collect();
+        sorted.sort_by_key(|(eligible, _, _)| *eligible);
+        let mut index = OrdSet::new();
+        insert_filling_leaves(sorted, |entry| {
+            index.insert(entry);
+        });
+        index
     }
 
     /// Whether the kept byte counts and the eligibility index equal what the leases give
@@ -612,6 +678,19 @@ mod tests {
         let ord_set: OrdSet<(i64, String)> =
             [(2, "x".into()), (1, "y".into())].into_iter().collect();
         assert_eq!(enc(&std_set), enc(&ord_set));
+    }
+
+    #[test]
+    fn filling_leaves_builds_the_same_map_as_inserting_in_order() {
+        for len in [0usize, 1, 2, 63, 64, 65, 129, 5_000] {
+            let sorted: Vec<(u32, u32)> = (0..len as u32).map(|i| (i * 3, i)).collect();
+            let mut filled = OrdMap::new();
+            insert_filling_leaves(sorted.clone(), |(k, v)| {
+                filled.insert(k, v);
+            });
+            let in_order: OrdMap<u32, u32> = sorted.into_iter().collect();
+            assert_eq!(filled, in_order, "{len} entries");
+        }
     }
 
     mod erased {
