@@ -165,18 +165,15 @@ pub enum LockRead {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "ProjectLocksWire")]
 pub struct ProjectLocks {
-    /// project → key → lease. Nested so lookups borrow `&str` without allocating.
+    /// project → its keys' leases. Nested so lookups borrow `&str` without allocating.
     /// Persistent (structurally shared) maps: cloning the whole set is O(1), so a snapshot
     /// copies the state in a moment and encodes the copy off the state lock. They encode
-    /// exactly as `BTreeMap`/`BTreeSet` do.
-    leases: OrdMap<Name, OrdMap<Name, ProjectLease>>,
-    /// (takeover-eligible time, project, key): lets a tick forget lapsed leases in time
-    /// proportional to what lapsed, not to what exists. Kept exact on every change. It
-    /// follows from `leases`, so a snapshot leaves it out (29 % of a large snapshot's bytes,
-    /// 47 % of its encoding) and every decode builds it again ([`ProjectLocksWire`]). Its
-    /// names are the ones `leases` holds, shared, not copies.
+    /// exactly as `BTreeMap`/`BTreeSet` do (a project as its key → lease map).
+    leases: OrdMap<Name, ProjectKeys>,
+    /// (earliest takeover-eligible time of a project's leases, project), one per project:
+    /// which project a tick reaps from first. Follows from `leases`, so it is not encoded.
     #[serde(skip)]
-    by_eligibility: OrdSet<(Nanos, Name, Name)>,
+    due: OrdSet<(Nanos, Name)>,
     /// The next fencing token to hand out; one global counter so tokens never fall for any
     /// key (gaps between a key's tokens are allowed).
     next_fencing_token: u64,
@@ -188,6 +185,60 @@ pub struct ProjectLocks {
     /// [`budget::MAX_LOCK_BYTES_PER_PROJECT`], the same on every node; tests lower it.
     #[serde(skip)]
     byte_quota: Scratch<Option<usize>>,
+}
+
+/// One project's leases, and the index a tick reaps them by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ProjectKeys {
+    /// key → lease.
+    leases: OrdMap<Name, ProjectLease>,
+    /// (takeover-eligible time, key): lets a tick forget lapsed leases in time proportional
+    /// to what lapsed, not to what exists. Kept exact on every change. It follows from
+    /// `leases`, so a snapshot leaves it out (29 % of a large snapshot's bytes, 47 % of its
+    /// encoding) and every decode builds it again ([`DecodedKeys`]). Per project, so an entry
+    /// is a time and the key's shared name (24 bytes), not also the project's.
+    by_eligibility: OrdSet<(Nanos, Name)>,
+}
+
+impl ProjectKeys {
+    /// The keys of `leases` with their index built ([`Self::eligibility_index`]).
+    fn indexed(leases: OrdMap<Name, ProjectLease>) -> Self {
+        let mut keys = ProjectKeys {
+            leases,
+            by_eligibility: OrdSet::new(),
+        };
+        keys.by_eligibility = keys.eligibility_index();
+        keys
+    }
+
+    /// Every lease's (takeover-eligible time, key): what `by_eligibility` holds when it is
+    /// exact.
+    fn eligibility_index(&self) -> OrdSet<(Nanos, Name)> {
+        // In key order as collected; a stable sort by time alone then gives the index's
+        // (time, key) order without comparing a name.
+        let mut sorted: Vec<_> = self
+            .leases
+            .iter()
+            .map(|(key, lease)| (lease.eligible_at(), key.clone()))
+            .collect();
+        sorted.sort_by_key(|(eligible, _)| *eligible);
+        let mut index = OrdSet::new();
+        insert_filling_leaves(sorted, |entry| {
+            index.insert(entry);
+        });
+        index
+    }
+
+    /// When the first of these leases becomes takeover-eligible.
+    fn earliest(&self) -> Option<Nanos> {
+        self.by_eligibility.get_min().map(|(t, _)| *t)
+    }
+}
+
+impl Serialize for ProjectKeys {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.leases.serialize(s)
+    }
 }
 
 /// What snapshot format 4 holds of [`ProjectLocks`]. Decoding goes through it, so the
@@ -254,15 +305,15 @@ impl From<ProjectLocksWire> for ProjectLocks {
             leases: wire
                 .leases
                 .into_iter()
-                .map(|(project, DecodedKeys(keys))| (project, keys))
+                .map(|(project, DecodedKeys(keys))| (project, ProjectKeys::indexed(keys)))
                 .collect(),
-            by_eligibility: OrdSet::new(),
+            due: OrdSet::new(),
             next_fencing_token: wire.next_fencing_token,
             // Not encoded: counted from the state until `count_usage` keeps them.
             bytes: Scratch::default(),
             byte_quota: Scratch::default(),
         };
-        locks.by_eligibility = locks.eligibility_index();
+        locks.due = locks.due_index();
         locks
     }
 }
@@ -297,7 +348,7 @@ impl Default for ProjectLocks {
     fn default() -> Self {
         ProjectLocks {
             leases: OrdMap::new(),
-            by_eligibility: OrdSet::new(),
+            due: OrdSet::new(),
             next_fencing_token: FIRST_FENCING_TOKEN,
             bytes: Scratch(ProjectTotals::counted(Default::default())),
             byte_quota: Scratch(None),
@@ -326,7 +377,7 @@ impl ProjectLocks {
 
     fn count_bytes(&self, project: &str) -> usize {
         self.leases.get(project).map_or(0, |keys| {
-            keys.keys().map(|k| budget::lock_key_bytes(k)).sum()
+            keys.leases.keys().map(|k| budget::lock_key_bytes(k)).sum()
         })
     }
 
@@ -341,25 +392,13 @@ impl ProjectLocks {
         self.bytes.0 = ProjectTotals::counted(totals);
     }
 
-    /// Every lease's (takeover-eligible time, project, key): what `by_eligibility` holds
-    /// when it is exact.
-    fn eligibility_index(&self) -> OrdSet<(Nanos, Name, Name)> {
-        // In (project, key) order as collected; a stable sort by time alone then gives the
-        // index's (time, project, key) order without comparing a name.
-        let mut sorted: Vec<_> = self
-            .leases
+    /// Every project's (earliest takeover-eligible time, project): what `due` holds when it is
+    /// exact.
+    fn due_index(&self) -> OrdSet<(Nanos, Name)> {
+        self.leases
             .iter()
-            .flat_map(|(project, keys)| {
-                keys.iter()
-                    .map(move |(key, lease)| (lease.eligible_at(), project.clone(), key.clone()))
-            })
-            .collect();
-        sorted.sort_by_key(|(eligible, _, _)| *eligible);
-        let mut index = OrdSet::new();
-        insert_filling_leaves(sorted, |entry| {
-            index.insert(entry);
-        });
-        index
+            .filter_map(|(project, keys)| Some((keys.earliest()?, project.clone())))
+            .collect()
     }
 
     /// Whether the kept byte counts and the eligibility index equal what the leases give
@@ -371,8 +410,16 @@ impl ProjectLocks {
                 return Err(format!("{project}: project-lock bytes out of step"));
             }
         }
-        if self.by_eligibility != self.eligibility_index() {
-            return Err("project-lock eligibility index out of step with the leases".into());
+        for (project, keys) in &self.leases {
+            if keys.by_eligibility != keys.eligibility_index() {
+                return Err(format!(
+                    "{}: project-lock eligibility index out of step with the leases",
+                    &**project
+                ));
+            }
+        }
+        if self.due != self.due_index() {
+            return Err("project-lock due index out of step with the projects".into());
         }
         Ok(())
     }
@@ -392,11 +439,11 @@ impl ProjectLocks {
     }
 
     fn get(&self, project: &str, key: &str) -> Option<&ProjectLease> {
-        self.leases.get(project)?.get(key)
+        self.leases.get(project)?.leases.get(key)
     }
 
-    /// Stores `lease` for the key and keeps the eligibility index exact. A key already stored
-    /// keeps its name; a new one allocates it once, for the map and the index.
+    /// Stores `lease` for the key and keeps the indexes exact. A key already stored keeps its
+    /// name; a new one allocates it once, for the map and the index.
     fn put(&mut self, project: &str, key: &str, lease: ProjectLease) {
         let eligible = lease.eligible_at();
         let project = match self.leases.get_key_value(project) {
@@ -404,22 +451,38 @@ impl ProjectLocks {
             None => Name::from(project),
         };
         let keys = self.leases.entry(project.clone()).or_default();
-        let (key, old) = match keys.get_key_value_mut(key) {
+        let earliest = keys.earliest();
+        let (key, old) = match keys.leases.get_key_value_mut(key) {
             Some((name, stored)) => (name.clone(), Some(std::mem::replace(stored, lease))),
             None => {
                 let name = Name::from(key);
-                keys.insert(name.clone(), lease);
+                keys.leases.insert(name.clone(), lease);
                 (name, None)
             }
         };
-        match old {
-            Some(old) => {
-                self.by_eligibility
-                    .remove(&(old.eligible_at(), project.clone(), key.clone()));
-            }
-            None => self.bytes.0.add(&project, budget::lock_key_bytes(&key)),
+        if let Some(old) = &old {
+            keys.by_eligibility
+                .remove(&(old.eligible_at(), key.clone()));
         }
-        self.by_eligibility.insert((eligible, project, key));
+        keys.by_eligibility.insert((eligible, key.clone()));
+        let now_earliest = keys.earliest();
+        if old.is_none() {
+            self.bytes.0.add(&project, budget::lock_key_bytes(&key));
+        }
+        self.move_due(project, earliest, now_earliest);
+    }
+
+    /// Keeps `due` exact after `project`'s earliest eligible time went from `before` to `after`.
+    fn move_due(&mut self, project: Name, before: Option<Nanos>, after: Option<Nanos>) {
+        if before == after {
+            return;
+        }
+        if let Some(before) = before {
+            self.due.remove(&(before, project.clone()));
+        }
+        if let Some(after) = after {
+            self.due.insert((after, project));
+        }
     }
 
     fn remove(&mut self, project: &str, key: &str) {
@@ -427,15 +490,18 @@ impl ProjectLocks {
             return;
         };
         let project = project.clone();
-        if let Some((key, old)) = keys.remove_with_key(key) {
-            self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
-            let empty = keys.is_empty();
-            self.by_eligibility
-                .remove(&(old.eligible_at(), project.clone(), key));
-            if empty {
-                self.leases.remove(&project);
-            }
+        let Some((key, old)) = keys.leases.remove_with_key(key) else {
+            return;
+        };
+        let earliest = keys.earliest();
+        keys.by_eligibility
+            .remove(&(old.eligible_at(), key.clone()));
+        let now_earliest = keys.earliest();
+        if keys.leases.is_empty() {
+            self.leases.remove(&project);
         }
+        self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
+        self.move_due(project, earliest, now_earliest);
     }
 
     /// project-lock acquire.
@@ -568,7 +634,7 @@ impl ProjectLocks {
         limit: usize,
         t: Nanos,
     ) -> Vec<(String, ProjectLease, bool)> {
-        let Some(keys) = self.leases.get(project) else {
+        let Some(ProjectKeys { leases: keys, .. }) = self.leases.get(project) else {
             return Vec::new();
         };
         let from = (std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded);
@@ -587,20 +653,30 @@ impl ProjectLocks {
     /// Forgets every lease that became takeover-eligible at or before `t`.
     pub fn reap(&mut self, t: Nanos) -> usize {
         let mut reaped = 0;
-        while let Some(first) = self.by_eligibility.get_min() {
-            if first.0 > t {
+        while let Some((earliest, _)) = self.due.get_min() {
+            if *earliest > t {
                 break;
             }
-            let (_, project, key) = self.by_eligibility.remove_min().expect("non-empty");
-            if let Some(keys) = self.leases.get_mut(&project) {
-                if keys.remove(&key).is_some() {
-                    self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
+            let (_, project) = self.due.remove_min().expect("non-empty");
+            let Some(keys) = self.leases.get_mut(&project) else {
+                continue;
+            };
+            let mut freed = 0;
+            while keys.earliest().is_some_and(|e| e <= t) {
+                let (_, key) = keys.by_eligibility.remove_min().expect("non-empty");
+                keys.leases.remove(&key);
+                freed += budget::lock_key_bytes(&key);
+                reaped += 1;
+            }
+            match keys.earliest() {
+                Some(next) => {
+                    self.due.insert((next, project.clone()));
                 }
-                if keys.is_empty() {
+                None => {
                     self.leases.remove(&project);
                 }
             }
-            reaped += 1;
+            self.bytes.0.sub(&project, freed);
         }
         reaped
     }
@@ -627,24 +703,20 @@ impl ProjectLocks {
 
     /// Number of leases currently stored (live or lapsed within the grace).
     pub fn len(&self) -> usize {
-        self.by_eligibility.len()
+        self.leases.values().map(|keys| keys.leases.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_eligibility.is_empty()
+        self.leases.is_empty()
     }
 
     /// Leases that are live at `t` (for the held-locks gauge).
     pub fn live_count(&self, t: Nanos) -> usize {
-        self.by_eligibility
-            .range(
-                (
-                    t.saturating_add(TAKEOVER_GRACE + 1),
-                    Name::from(""),
-                    Name::from(""),
-                )..,
-            )
-            .count()
+        let live_from = (t.saturating_add(TAKEOVER_GRACE + 1), Name::from(""));
+        self.leases
+            .values()
+            .map(|keys| keys.by_eligibility.range(live_from.clone()..).count())
+            .sum()
     }
 }
 
