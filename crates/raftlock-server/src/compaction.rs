@@ -94,7 +94,7 @@ mod tests {
     const POLICY: SnapshotPolicy = SnapshotPolicy {
         logs: LOGS,
         bytes: BYTES,
-        replay: Duration::from_millis(250),
+        replay: Duration::from_millis(200),
     };
 
     fn growth(entries: u64, bytes: u64, snapshot_bytes: u64) -> LogGrowth {
@@ -116,11 +116,11 @@ mod tests {
     #[test]
     fn a_log_that_would_replay_past_the_budget_is_snapshotted_early() {
         let snapshot = 50 << 20;
-        // 10 MiB of log: far from half the snapshot, but it took 250 ms to apply.
+        // 10 MiB of log: far from half the snapshot, but it took 200 ms to apply.
         let log = growth(40_000, 10 << 20, snapshot);
-        assert_eq!(snapshot_due(3, &applied_for(249, log), &POLICY), None);
+        assert_eq!(snapshot_due(3, &applied_for(199, log), &POLICY), None);
         assert_eq!(
-            snapshot_due(3, &applied_for(250, log), &POLICY),
+            snapshot_due(3, &applied_for(200, log), &POLICY),
             Some(SnapshotReason::Replay)
         );
     }

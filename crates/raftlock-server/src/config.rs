@@ -308,7 +308,7 @@ impl ServeArgs {
             election_timeout: Duration::from_millis(a.election_timeout_ms.unwrap_or(250)),
             snapshot_logs: a.snapshot_logs.unwrap_or(10_000),
             snapshot_bytes: a.snapshot_bytes.unwrap_or(64 << 20),
-            snapshot_replay: Duration::from_millis(a.snapshot_replay_ms.unwrap_or(250)),
+            snapshot_replay: Duration::from_millis(a.snapshot_replay_ms.unwrap_or(200)),
             log_format: a.log_format.unwrap_or_else(|| "text".to_string()),
             log: a.log.unwrap_or_else(|| "info,openraft=warn".to_string()),
             max_clock_offset: Duration::from_millis(a.max_clock_offset_ms.unwrap_or(500)),
