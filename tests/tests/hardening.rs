@@ -137,6 +137,44 @@ async fn ten_thousand_invalid_requests_add_no_log_entry() -> Result<()> {
     Ok(())
 }
 
+/// Compaction by replay time: with the entry-count and size thresholds far away, a log that
+/// took `--snapshot-replay-ms` to apply gets a snapshot, so a restart never replays more.
+#[tokio::test]
+async fn a_log_that_took_the_replay_budget_to_apply_is_snapshotted() -> Result<()> {
+    let cluster = Cluster::start_with(
+        1,
+        &[
+            "--snapshot-logs",
+            "1000000",
+            "--snapshot-bytes",
+            "1073741824",
+            "--snapshot-replay-ms",
+            "1",
+        ],
+    )
+    .await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let locks = Locks::new(&cluster, leader, &key);
+    let built = raftlock_tests::eventually(Duration::from_secs(30), "a snapshot", || async {
+        // Each acquire is applied; a millisecond of applying comes within some dozens (paced
+        // by the polling, under the project's rate limit).
+        for _ in 0..5 {
+            let token = raftlock_tests::token();
+            let r = locks.acquire(&format!("replay-{token}"), &token, 60).await;
+            let r = r.expect("an answer");
+            assert_eq!(r.status, 200, "{:?}", r.body);
+        }
+        cluster
+            .metric(leader, "raftlock_snapshots_by_replay_total")
+            .await
+            .filter(|n| *n >= 1.0)
+    })
+    .await?;
+    println!("snapshots asked for by replay time: {built}");
+    Ok(())
+}
+
 /// Compaction by size: with an entry-count threshold far away, a log that grows past
 /// `--snapshot-bytes` still gets a snapshot (so its segments can be purged).
 #[tokio::test]

@@ -283,8 +283,14 @@ impl Group {
                     continue;
                 };
                 tracing::info!(?reason, ?growth, "building a snapshot");
-                if reason == SnapshotReason::LogBytes {
-                    metrics::counter!("raftlock_snapshots_by_size_total").increment(1);
+                match reason {
+                    SnapshotReason::LogBytes => {
+                        metrics::counter!("raftlock_snapshots_by_size_total").increment(1)
+                    }
+                    SnapshotReason::Replay => {
+                        metrics::counter!("raftlock_snapshots_by_replay_total").increment(1)
+                    }
+                    SnapshotReason::Entries => {}
                 }
                 // Counted from now, so a slow build is not asked for again every second.
                 mark = written;

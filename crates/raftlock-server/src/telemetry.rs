@@ -263,6 +263,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Snapshots asked for because the log grew past --snapshot-bytes.",
     ),
     (
+        "raftlock_snapshots_by_replay_total",
+        Kind::Counter,
+        "Snapshots built because applying the log since the last one took --snapshot-replay-ms (what a restart would spend replaying it).",
+    ),
+    (
         "raftlock_clock_offset_seconds",
         Kind::Gauge,
         "This node's wall clock minus cluster time.",
