@@ -452,6 +452,46 @@ async fn a_timed_out_semaphore_waiter_is_never_granted_later() -> anyhow::Result
     Ok(())
 }
 
+/// A waiter whose weight a lowered `permits` can no longer hold is refused at once as a new
+/// acquire of that weight is (409), not answered `TIMED_OUT` after its timeout.
+#[tokio::test]
+async fn lowering_permits_below_a_waiting_weight_refuses_the_waiter() -> anyhow::Result<()> {
+    let (cluster, api) = setup().await?;
+    let created = semaphore(&api, "pool", 3).await?;
+    let holder = lease(&api, "holder", 60).await?;
+    let waiter = lease(&api, "waiter", 60).await?;
+    acquire(&api, "pool", &holder, 2, 0).await?;
+    let heavy = {
+        let (api, waiter) = (api.clone(), waiter.clone());
+        tokio::spawn(async move {
+            let body = json!({ "namespace_name": NS, "semaphore_name": "pool", "lease_id": waiter, "weight": 3, "timeout_seconds": 30 });
+            api.rpc("AcquireSemaphore", body).await
+        })
+    };
+    raftlock_tests::eventually(Duration::from_secs(5), "the waiter queued", || async {
+        (queued_waiters(&cluster).await? == 1).then_some(())
+    })
+    .await?;
+    let started = Instant::now();
+    call(
+        &api,
+        "UpdateSemaphore",
+        json!({ "namespace_name": NS, "semaphore_name": "pool", "description": "API", "permits": 2, "metadata": {}, "expected_version": created["version"] }),
+    )
+    .await?;
+    let r = heavy.await??;
+    assert_eq!((r.status, r.code()), (409, "failed_precondition"), "{r:?}");
+    assert!(
+        r.body["message"].as_str().unwrap_or("").contains("permits"),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered when dropped, not at its timeout"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_waiting_semaphore_call_survives_a_leader_kill() -> anyhow::Result<()> {
     let (mut cluster, api) = setup().await?;

@@ -38,6 +38,22 @@ fn acquire_answer(reply: Reply) -> Result<AcquireSemaphoreResponse, ApiError> {
     }
 }
 
+/// A call that did not get its permits while `permits` is below its weight (lowered while it
+/// waited: the state machine dropped its waiter) is refused as a new acquire of that weight is
+/// (`409`), not answered `TIMED_OUT`: waiting again cannot help.
+fn refuse_beyond_permits(
+    reply: AcquireSemaphoreResponse,
+    weight: u64,
+) -> Result<AcquireSemaphoreResponse, ApiError> {
+    if reply.outcome == AcquireOutcome::TimedOut && reply.semaphore.permits < weight {
+        return Err(core(CoreError::conflict(
+            "weight",
+            "exceeds semaphore permits",
+        )));
+    }
+    Ok(reply)
+}
+
 impl Call {
     /// A linearizable read of a namespace's semaphores (`not_found` for a missing namespace).
     async fn read_semaphores<T>(
@@ -297,7 +313,7 @@ impl Call {
             None => acquire_answer(self.write(cancel).await?)?,
         };
         guard.disarm();
-        Ok(reply)
+        refuse_beyond_permits(reply, r.weight)
     }
 
     async fn wait_for_permits(
