@@ -201,7 +201,7 @@ pub const MAX_JOBS_PER_REPORT: usize = 50;
 /// A finished wait group's retention: 60 s (Grackle's minimum) to 30 days.
 pub const MIN_RETENTION_SECONDS: u64 = 60;
 pub const MAX_RETENTION_SECONDS: u64 = 30 * 24 * 3600;
-/// Most processes one barrier waits for (Grackle's limit).
+/// Most processes one barrier waits for (Grackle defines this limit but enforces none).
 pub const MAX_EXPECTED_PROCESSES: u64 = 1_000_000;
 
 /// A wait group's `counter`: 1 to [`MAX_COUNTER`].

@@ -41,7 +41,8 @@ use crate::paging::list_page;
 use crate::{Nanos, SECOND};
 use record::{holder_bytes, semaphore_bytes, waiter_bytes, SemLease, Semaphore, Waiter};
 
-/// Most holders of one semaphore (Grackle's limit).
+/// Most holders of one semaphore (Grackle caps `permits` at 1,000 instead; here weights may be
+/// large, and the holders are what takes memory).
 pub const MAX_HOLDERS_PER_SEMAPHORE: usize = 1_000;
 /// Most queued acquires of one semaphore.
 pub const MAX_WAITERS_PER_SEMAPHORE: usize = 1_000;
