@@ -688,18 +688,7 @@ mod tests {
             };
             let request = row.split('|').nth(2).unwrap_or_default();
             let listed = request_fields(request);
-            let body = &item["post"]["requestBody"]["content"]["application/json"]["schema"];
-            let name = body["$ref"].as_str().unwrap().rsplit('/').next().unwrap();
-            let schema = &schemas[name];
-            let required: Vec<&str> = (schema["required"].as_array().into_iter().flatten())
-                .filter_map(Value::as_str)
-                .collect();
-            let mut documented: Vec<(String, bool)> = (schema["properties"].as_object())
-                .into_iter()
-                .flatten()
-                .map(|(field, _)| (field.clone(), !required.contains(&field.as_str())))
-                .collect();
-            documented.sort();
+            let documented = body_fields(schemas, &item["post"]);
             if listed != documented {
                 differences.push(format!(
                     "{method}: docs/api.md {listed:?}, document {documented:?}"
@@ -707,6 +696,155 @@ mod tests {
             }
         }
         assert!(differences.is_empty(), "{differences:#?}");
+    }
+
+    /// `(field, optional)` of an operation's JSON body in the document, sorted (none without
+    /// a body).
+    fn body_fields(schemas: &Value, operation: &Value) -> Vec<(String, bool)> {
+        let body = &operation["requestBody"]["content"]["application/json"]["schema"];
+        let Some(reference) = body["$ref"].as_str() else {
+            return Vec::new();
+        };
+        let schema = &schemas[reference.rsplit('/').next().unwrap()];
+        let required: Vec<&str> = (schema["required"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        let mut fields: Vec<(String, bool)> = (schema["properties"].as_object())
+            .into_iter()
+            .flatten()
+            .map(|(field, _)| (field.clone(), !required.contains(&field.as_str())))
+            .collect();
+        fields.sort();
+        fields
+    }
+
+    /// Routes docs/api.md describes in prose rather than in a table row.
+    const PROSE_ROUTES: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
+
+    /// docs/api.md and the document agree on every other route (project locks, admin,
+    /// health): each operation of the document has a row `` `METHOD /path` `` in the reference
+    /// (or, for health and metrics, a mention), each row is an operation of the document, and
+    /// the row's body lists exactly the body fields of the document — with `?` on exactly the
+    /// optional ones — and its route the query parameters.
+    #[test]
+    fn the_reference_lists_every_route_and_field_of_the_document() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let reference = std::fs::read_to_string(path).unwrap();
+        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let rows = route_rows(&reference);
+        let mut differences = Vec::new();
+        let mut documented_routes = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if path.starts_with("/v1beta/") {
+                continue;
+            }
+            for (method, operation) in item.as_object().unwrap() {
+                let route = format!("{} {path}", method.to_uppercase());
+                documented_routes.push(route.clone());
+                if PROSE_ROUTES.contains(&path.as_str()) {
+                    if !reference.contains(&format!("`{route}`")) {
+                        differences.push(format!("{route}: not mentioned in docs/api.md"));
+                    }
+                    continue;
+                }
+                let Some((query, listed)) = rows.get(&route) else {
+                    differences.push(format!("{route}: no row in docs/api.md"));
+                    continue;
+                };
+                let documented = body_fields(schemas, operation);
+                if *listed != documented {
+                    differences.push(format!(
+                        "{route}: body in docs/api.md {listed:?}, document {documented:?}"
+                    ));
+                }
+                let mut params: Vec<String> = (operation["parameters"].as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["in"] == "query")
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect();
+                params.sort();
+                if *query != params {
+                    differences.push(format!(
+                        "{route}: query in docs/api.md {query:?}, document {params:?}"
+                    ));
+                }
+            }
+        }
+        for route in rows.keys() {
+            if !documented_routes.contains(route) {
+                differences.push(format!("{route}: in docs/api.md, not in the document"));
+            }
+        }
+        assert!(
+            rows.len() >= 20,
+            "{} routes found in docs/api.md",
+            rows.len()
+        );
+        assert!(differences.is_empty(), "{differences:#?}");
+    }
+
+    /// The reference's table rows whose route cell is `` `METHOD /path?query` ``: route →
+    /// (query parameter names, body fields), both sorted.
+    fn route_rows(
+        reference: &str,
+    ) -> std::collections::BTreeMap<String, (Vec<String>, Vec<(String, bool)>)> {
+        let mut rows = std::collections::BTreeMap::new();
+        for line in reference.lines().filter(|l| l.starts_with('|')) {
+            // `\|` separates alternatives inside a cell, not cells.
+            let line = line.replace("\\|", "/");
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let Some(route) = cells.get(2).and_then(|c| c.strip_prefix('`')) else {
+                continue;
+            };
+            let Some((method, target)) = route.trim_end_matches('`').split_once(' ') else {
+                continue;
+            };
+            if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method) {
+                continue;
+            }
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let mut query: Vec<String> = query
+                .split('&')
+                .filter_map(|p| p.split('=').next())
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            query.sort();
+            let body = quoted_fields(cells.get(3).copied().unwrap_or_default());
+            rows.insert(format!("{method} {path}"), (query, body));
+        }
+        rows
+    }
+
+    /// `(field, optional)` of a reference body like `{"name", "shard"?, "kind": "a"|"b"}`:
+    /// each top-level field's quoted name, `?` right after it marking it optional; sorted.
+    fn quoted_fields(cell: &str) -> Vec<(String, bool)> {
+        let Some(start) = cell.find('{') else {
+            return Vec::new();
+        };
+        let mut depth = 0;
+        let mut parts = vec![String::new()];
+        for c in cell[start + 1..].chars() {
+            match c {
+                '{' | '[' => depth += 1,
+                '}' | ']' if depth > 0 => depth -= 1,
+                '}' => break,
+                ',' if depth == 0 => parts.push(String::new()),
+                _ => parts.last_mut().unwrap().push(c),
+            }
+        }
+        let mut out: Vec<(String, bool)> = parts
+            .iter()
+            .filter_map(|part| {
+                let rest = part.trim().strip_prefix('"')?;
+                let (name, after) = rest.split_once('"')?;
+                Some((name.to_string(), after.starts_with('?')))
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// `(field, optional)` of a reference row's request, `{a, b?, jobs: [{…}]}`, sorted.
