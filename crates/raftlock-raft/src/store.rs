@@ -74,16 +74,20 @@ fn open_in_timed(
 ) -> Result<(LogStore, StateMachineStore, OpenTimes), StoreError> {
     remove_leftover_temp_files(&*dir)?;
     let log_dir = dir.clone();
-    let replay = std::thread::Builder::new()
-        .name("wal-replay".into())
-        .spawn(move || timed(|| LogStore::open(log_dir, segment_bytes, dir_lock)))
-        .map_err(|e| StoreError::io("write-ahead log", e))?;
-    let (sm_store, state) = timed(|| StateMachineStore::open(dir, limits));
-    let (log_store, log) = replay.join().map_err(|_| {
-        StoreError::io(
-            "write-ahead log",
-            std::io::Error::other("the thread replaying the log panicked"),
-        )
+    // Scoped: the replaying thread is joined whatever happens here (a panic included), so it
+    // never outlives the open holding the directory's lock; its panic resumes here.
+    let ((log_store, log), (sm_store, state)) = std::thread::scope(|scope| {
+        let replay = std::thread::Builder::new()
+            .name("wal-replay".into())
+            .spawn_scoped(scope, move || {
+                timed(|| LogStore::open(log_dir, segment_bytes, dir_lock))
+            })
+            .map_err(|e| StoreError::io("write-ahead log", e))?;
+        let restored = timed(|| StateMachineStore::open(dir, limits));
+        let replayed = replay
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok::<_, StoreError>((replayed, restored))
     })?;
     Ok((log_store?, sm_store?, OpenTimes { log, state }))
 }

@@ -1,5 +1,6 @@
 //! When a group snapshots: the pure policy its compactor (`Group::spawn_compactor`) applies
-//! once a second to how much the log grew since the last snapshot.
+//! once a second to how much the log grew since the last snapshot, and how long applying it
+//! took.
 
 use std::time::Duration;
 
@@ -25,7 +26,8 @@ pub struct SnapshotPolicy {
     pub logs: u64,
     /// Bytes written to the log.
     pub bytes: u64,
-    /// Apply time: what a restart may spend replaying the log after its snapshot.
+    /// Apply time: what a restart may spend replaying the log after its snapshot (zero: no
+    /// snapshot for this reason).
     pub replay: Duration,
 }
 
@@ -45,8 +47,9 @@ pub enum SnapshotReason {
 }
 
 /// A snapshot for the replay budget waits until the log since the last one is at least the
-/// last snapshot's size divided by this: each snapshot then costs at most this many times the
-/// bytes the log wrote (with 1M locks held, ~50k acquires between ~50 MB snapshots).
+/// last snapshot's size divided by this: snapshots for this reason then write at most this
+/// many times the bytes the log wrote (with 1M locks held, ~50k acquires between ~50 MB
+/// snapshots), where the entry rule writes at most twice.
 pub const REPLAY_LOG_RATIO: u64 = 16;
 
 /// A snapshot built on entry count alone waits until the log since the last one is at least
@@ -81,8 +84,12 @@ pub fn snapshot_due(
     if growth.entries >= policy.logs && log_large_enough {
         return Some(SnapshotReason::Entries);
     }
+    // Staggered like the entry rule: every node applies the same entries, so without it all
+    // would build in the same second.
+    let budget = policy.replay + policy.replay / 8 * stagger(node_id) as u32;
     let replay_log = growth.bytes >= growth.snapshot_bytes / REPLAY_LOG_RATIO;
-    (growth.apply >= policy.replay && replay_log).then_some(SnapshotReason::Replay)
+    let replay_due = !policy.replay.is_zero() && growth.apply >= budget && replay_log;
+    replay_due.then_some(SnapshotReason::Replay)
 }
 
 #[cfg(test)]
@@ -123,6 +130,27 @@ mod tests {
             snapshot_due(3, &applied_for(200, log), &POLICY),
             Some(SnapshotReason::Replay)
         );
+    }
+
+    #[test]
+    fn nodes_wait_for_different_replay_times() {
+        let log = growth(40_000, 10 << 20, 50 << 20);
+        let due = |node, ms| snapshot_due(node, &applied_for(ms, log), &POLICY);
+        assert_eq!(due(3, 200), Some(SnapshotReason::Replay));
+        assert_eq!(due(1, 224), None);
+        assert_eq!(due(1, 225), Some(SnapshotReason::Replay));
+        assert_eq!(due(2, 249), None);
+        assert_eq!(due(2, 250), Some(SnapshotReason::Replay));
+    }
+
+    #[test]
+    fn a_zero_replay_budget_is_off() {
+        let off = SnapshotPolicy {
+            replay: Duration::ZERO,
+            ..POLICY
+        };
+        let log = applied_for(5_000, growth(100, 1 << 20, 0));
+        assert_eq!(snapshot_due(3, &log, &off), None);
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub struct ServeArgs {
     pub snapshot_bytes: Option<u64>,
     /// And once applying the log since the last snapshot took this many milliseconds: a
     /// restart replays that log after restoring the snapshot, so this bounds what it adds to
-    /// a restart.
+    /// a restart (0: no snapshot for this reason).
     #[arg(long, env = "RAFTLOCK_SNAPSHOT_REPLAY_MS")]
     pub snapshot_replay_ms: Option<u64>,
     /// `text` or `json`.

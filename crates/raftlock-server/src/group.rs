@@ -252,7 +252,9 @@ impl Group {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_snapshot = node.raft.metrics().borrow().snapshot;
             let mut mark = node.log.bytes_written();
-            let mut apply_mark = node.apply_time.total();
+            // From zero, not from now: what applying took so far is the replay of the log
+            // after the snapshot this node started from, which the next restart replays too.
+            let mut apply_mark = Duration::ZERO;
             loop {
                 interval.tick().await;
                 if node.is_stopping() {
