@@ -24,10 +24,10 @@ pub const LEASE_DEADLINE: Nanos = validate::MAX_LOCK_TTL as Nanos * SECOND;
 /// The first fencing token; all tokens lie in (2^52, 2^53) so JavaScript reads them exactly.
 pub const FIRST_FENCING_TOKEN: u64 = (1 << 52) + 1;
 
-/// A name kept once however many places refer to it: a key (or project) is stored by its
-/// lease map and by the eligibility index, which share one allocation. Two handles on one
-/// allocation compare equal without reading it (every index entry of a project holds the
-/// same project name). Encodes as a string; decodes with one allocation.
+/// A name kept once however many places refer to it: a key is stored by its project's lease
+/// map and eligibility index, a project by the lease map and `due`, each sharing one
+/// allocation. Two handles on one allocation compare equal without reading it. Encodes as a
+/// string; decodes with one allocation.
 #[derive(Debug, Clone, Eq)]
 pub struct Name(Arc<str>);
 
@@ -251,7 +251,8 @@ struct ProjectLocksWire {
 }
 
 /// One project's leases as a snapshot holds them (in key order), decoded into a map whose
-/// leaves are full ([`insert_filling_leaves`]).
+/// leaves are full ([`insert_filling_leaves`]; the older formats' maps, converted through it,
+/// keep the shape they were decoded in).
 #[derive(Clone)]
 struct DecodedKeys(OrdMap<Name, ProjectLease>);
 
@@ -401,7 +402,8 @@ impl ProjectLocks {
             .collect()
     }
 
-    /// Whether the kept byte counts and the eligibility index equal what the leases give
+    /// Whether the kept byte counts, each project's eligibility index and `due` equal what
+    /// the leases give
     /// (tests).
     pub fn check_usage(&self) -> std::result::Result<(), String> {
         let stored = self.leases.keys().map(|p| &**p);
@@ -710,7 +712,7 @@ impl ProjectLocks {
         self.leases.is_empty()
     }
 
-    /// Leases that are live at `t` (for the held-locks gauge).
+    /// Leases that are live at `t`.
     pub fn live_count(&self, t: Nanos) -> usize {
         let live_from = (t.saturating_add(TAKEOVER_GRACE + 1), Name::from(""));
         self.leases

@@ -1,6 +1,7 @@
 //! What a node's start costs, phase by phase: for each group it opens, reading its log back
-//! (`wal_replay`), restoring its state machine from the latest snapshot (`snapshot_restore`)
-//! and starting its Raft instance (`raft_start`); for the node, the time from its start until
+//! (`wal_replay`), restoring its state machine from the latest snapshot (`snapshot_restore`;
+//! the two run at once on two threads, so they overlap) and starting its Raft instance
+//! (`raft_start`: openraft re-applies the log after the snapshot); for the node, the time from its start until
 //! it is ready (`ready`: a member of the meta group that knows its leader, what `/readyz`
 //! answers 200 for). Each phase is logged once (target `raftlock_server::startup`, level
 //! info) and kept as `raftlock_startup_seconds{shard, phase}`, so a slow restart says where

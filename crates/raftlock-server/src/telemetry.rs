@@ -230,7 +230,7 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "raftlock_wal_segment_removal_duration_seconds",
         Kind::Histogram,
-        "Time to delete WAL segments a purge freed, on the wal-janitor thread, off the write path: each renamed out of the log (directory synced), then freed 1 MiB per 10 ms so the device never gets one large discard (~0.7 s per 64 MiB segment by design).",
+        "Time to delete WAL segments a purge freed, on the wal-janitor thread, off the write path: each renamed out of the log (directory synced), then freed 1 MiB per 10 ms so the device never gets one large discard (~0.2 s per 16 MiB segment by design).",
     ),
     (
         "raftlock_wal_bytes_total",

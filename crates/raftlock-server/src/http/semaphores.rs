@@ -249,6 +249,8 @@ impl Call {
     /// semaphore's replicated FIFO queue; whatever frees permits grants it in the same apply,
     /// and this call notices on the next applied index. At the deadline it proposes a cancel
     /// and answers from that result, so it never answers TIMED_OUT for permits it was granted.
+    /// A waiter dropped because `permits` fell below its weight is refused with 409 at once
+    /// ([`refuse_beyond_permits`]).
     pub(super) async fn acquire_semaphore(
         &self,
         r: AcquireSemaphoreRequest,
