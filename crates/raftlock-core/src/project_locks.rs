@@ -233,6 +233,48 @@ impl ProjectKeys {
     fn earliest(&self) -> Option<Nanos> {
         self.by_eligibility.get_min().map(|(t, _)| *t)
     }
+
+    /// Stores `lease` for `key` and keeps the index exact; returns the key's name (the one
+    /// already stored, or a new allocation shared by the map and the index) and the lease it
+    /// replaced.
+    fn put(&mut self, key: &str, lease: ProjectLease) -> (Name, Option<ProjectLease>) {
+        let eligible = lease.eligible_at();
+        let (key, old) = match self.leases.get_key_value_mut(key) {
+            Some((name, stored)) => (name.clone(), Some(std::mem::replace(stored, lease))),
+            None => {
+                let name = Name::from(key);
+                self.leases.insert(name.clone(), lease);
+                (name, None)
+            }
+        };
+        if let Some(old) = &old {
+            self.by_eligibility
+                .remove(&(old.eligible_at(), key.clone()));
+        }
+        self.by_eligibility.insert((eligible, key.clone()));
+        (key, old)
+    }
+
+    /// Removes `key`'s lease and its index entry; returns the key's name if it was stored.
+    fn remove(&mut self, key: &str) -> Option<Name> {
+        let (key, old) = self.leases.remove_with_key(key)?;
+        self.by_eligibility
+            .remove(&(old.eligible_at(), key.clone()));
+        Some(key)
+    }
+
+    /// Forgets every lease takeover-eligible at or before `t`; returns how many, and the
+    /// bytes their keys were charged.
+    fn reap(&mut self, t: Nanos) -> (usize, usize) {
+        let (mut reaped, mut freed) = (0, 0);
+        while self.earliest().is_some_and(|e| e <= t) {
+            let (_, key) = self.by_eligibility.remove_min().expect("non-empty");
+            self.leases.remove(&key);
+            freed += budget::lock_key_bytes(&key);
+            reaped += 1;
+        }
+        (reaped, freed)
+    }
 }
 
 impl Serialize for ProjectKeys {
@@ -444,66 +486,52 @@ impl ProjectLocks {
         self.leases.get(project)?.leases.get(key)
     }
 
-    /// Stores `lease` for the key and keeps the indexes exact. A key already stored keeps its
-    /// name; a new one allocates it once, for the map and the index.
+    /// Stores `lease` for the key and keeps the indexes and the byte count exact.
     fn put(&mut self, project: &str, key: &str, lease: ProjectLease) {
-        let eligible = lease.eligible_at();
         let project = match self.leases.get_key_value(project) {
             Some((name, _)) => name.clone(),
             None => Name::from(project),
         };
-        let keys = self.leases.entry(project.clone()).or_default();
-        let earliest = keys.earliest();
-        let (key, old) = match keys.leases.get_key_value_mut(key) {
-            Some((name, stored)) => (name.clone(), Some(std::mem::replace(stored, lease))),
-            None => {
-                let name = Name::from(key);
-                keys.leases.insert(name.clone(), lease);
-                (name, None)
-            }
-        };
-        if let Some(old) = &old {
-            keys.by_eligibility
-                .remove(&(old.eligible_at(), key.clone()));
-        }
-        keys.by_eligibility.insert((eligible, key.clone()));
-        let now_earliest = keys.earliest();
+        let (key, old) = self.change_project(&project, |keys| keys.put(key, lease));
         if old.is_none() {
             self.bytes.0.add(&project, budget::lock_key_bytes(&key));
-        }
-        self.move_due(project, earliest, now_earliest);
-    }
-
-    /// Keeps `due` exact after `project`'s earliest eligible time went from `before` to `after`.
-    fn move_due(&mut self, project: Name, before: Option<Nanos>, after: Option<Nanos>) {
-        if before == after {
-            return;
-        }
-        if let Some(before) = before {
-            self.due.remove(&(before, project.clone()));
-        }
-        if let Some(after) = after {
-            self.due.insert((after, project));
         }
     }
 
     fn remove(&mut self, project: &str, key: &str) {
-        let Some((project, keys)) = self.leases.get_key_value_mut(project) else {
+        let Some((project, _)) = self.leases.get_key_value(project) else {
             return;
         };
         let project = project.clone();
-        let Some((key, old)) = keys.leases.remove_with_key(key) else {
-            return;
-        };
-        let earliest = keys.earliest();
-        keys.by_eligibility
-            .remove(&(old.eligible_at(), key.clone()));
-        let now_earliest = keys.earliest();
-        if keys.leases.is_empty() {
-            self.leases.remove(&project);
+        if let Some(key) = self.change_project(&project, |keys| keys.remove(key)) {
+            self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
         }
-        self.bytes.0.sub(&project, budget::lock_key_bytes(&key));
-        self.move_due(project, earliest, now_earliest);
+    }
+
+    /// Runs `change` on `project`'s leases (empty if it has none), then keeps what follows
+    /// from them exact: `due` moves with the project's earliest eligible time, and a project
+    /// left without a lease is dropped.
+    fn change_project<R>(
+        &mut self,
+        project: &Name,
+        change: impl FnOnce(&mut ProjectKeys) -> R,
+    ) -> R {
+        let keys = self.leases.entry(project.clone()).or_default();
+        let before = keys.earliest();
+        let out = change(keys);
+        let after = keys.earliest();
+        if keys.leases.is_empty() {
+            self.leases.remove(project);
+        }
+        if before != after {
+            if let Some(before) = before {
+                self.due.remove(&(before, project.clone()));
+            }
+            if let Some(after) = after {
+                self.due.insert((after, project.clone()));
+            }
+        }
+        out
     }
 
     /// project-lock acquire.
@@ -655,30 +683,16 @@ impl ProjectLocks {
     /// Forgets every lease that became takeover-eligible at or before `t`.
     pub fn reap(&mut self, t: Nanos) -> usize {
         let mut reaped = 0;
-        while let Some((earliest, _)) = self.due.get_min() {
-            if *earliest > t {
-                break;
-            }
+        while self
+            .due
+            .get_min()
+            .is_some_and(|(earliest, _)| *earliest <= t)
+        {
+            // Taken out first, so the loop moves on even if `leases` had no such project.
             let (_, project) = self.due.remove_min().expect("non-empty");
-            let Some(keys) = self.leases.get_mut(&project) else {
-                continue;
-            };
-            let mut freed = 0;
-            while keys.earliest().is_some_and(|e| e <= t) {
-                let (_, key) = keys.by_eligibility.remove_min().expect("non-empty");
-                keys.leases.remove(&key);
-                freed += budget::lock_key_bytes(&key);
-                reaped += 1;
-            }
-            match keys.earliest() {
-                Some(next) => {
-                    self.due.insert((next, project.clone()));
-                }
-                None => {
-                    self.leases.remove(&project);
-                }
-            }
+            let (count, freed) = self.change_project(&project, |keys| keys.reap(t));
             self.bytes.0.sub(&project, freed);
+            reaped += count;
         }
         reaped
     }
