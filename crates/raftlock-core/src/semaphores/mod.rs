@@ -57,6 +57,16 @@ pub const MAX_SEMAPHORE_BYTES_PER_PROJECT: usize = 256 << 20;
 
 type Result<T> = std::result::Result<T, CoreError>;
 
+/// Refuses a hold of `weight` on a semaphore of `permits`: it could never be granted, so it is
+/// a conflict with the semaphore's state (what an acquire answers, and a waiting call whose
+/// weight a lowered `permits` left behind).
+pub fn check_weight_fits(weight: u64, permits: u64) -> Result<()> {
+    if weight > permits {
+        return Err(CoreError::conflict("weight", "exceeds semaphore permits"));
+    }
+    Ok(())
+}
+
 /// The semaphores and semaphore leases of one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Space {
@@ -524,9 +534,7 @@ impl Semaphores {
         let name = a.semaphore;
         let outcome = self.with_space(project, namespace, |space, book| {
             let (sem, leases) = space.semaphore_and_leases(name, a.lease_id, t)?;
-            if a.weight > sem.permits {
-                return Err(CoreError::conflict("weight", "exceeds semaphore permits"));
-            }
+            check_weight_fits(a.weight, sem.permits)?;
             if a.wait.is_some_and(|w| sem.is_queued(&w.waiter_id)) {
                 return Ok((AcquireOutcome::Unavailable, 0));
             }

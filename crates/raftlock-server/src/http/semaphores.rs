@@ -17,7 +17,7 @@ use raftlock_api::semaphores::{
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec, WaitState};
-use raftlock_core::semaphores::Semaphores;
+use raftlock_core::semaphores::{self, Semaphores};
 use raftlock_core::{validate, CoreError, Reply};
 
 use super::errors::ApiError;
@@ -45,11 +45,8 @@ fn refuse_beyond_permits(
     reply: AcquireSemaphoreResponse,
     weight: u64,
 ) -> Result<AcquireSemaphoreResponse, ApiError> {
-    if reply.outcome == AcquireOutcome::TimedOut && reply.semaphore.permits < weight {
-        return Err(core(CoreError::conflict(
-            "weight",
-            "exceeds semaphore permits",
-        )));
+    if reply.outcome == AcquireOutcome::TimedOut {
+        semaphores::check_weight_fits(weight, reply.semaphore.permits).map_err(core)?;
     }
     Ok(reply)
 }
