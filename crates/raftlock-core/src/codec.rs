@@ -152,7 +152,8 @@ pub mod bytes {
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            // The hint comes from the input: trusted only up to a size any input could back.
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
             while let Some(b) = seq.next_element()? {
                 out.push(b);
             }
