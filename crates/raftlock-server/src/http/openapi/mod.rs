@@ -670,9 +670,7 @@ mod tests {
     /// the document's request schema has — with `?` on exactly the ones it does not require.
     #[test]
     fn the_reference_lists_every_method_and_field_of_the_document() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
-        let reference = std::fs::read_to_string(path).unwrap();
-        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let (reference, doc) = reference_and_document();
         let schemas = &doc["components"]["schemas"];
         let mut differences = Vec::new();
         for (path, item) in doc["paths"].as_object().unwrap() {
@@ -696,6 +694,13 @@ mod tests {
             }
         }
         assert!(differences.is_empty(), "{differences:#?}");
+    }
+
+    /// docs/api.md's text and the document, for the tests that compare them.
+    fn reference_and_document() -> (String, Value) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let reference = std::fs::read_to_string(path).unwrap();
+        (reference, serde_json::from_str(&document_json()).unwrap())
     }
 
     /// `(field, optional)` of an operation's JSON body in the document, sorted (none without
@@ -728,9 +733,7 @@ mod tests {
     /// optional ones — and its route the query parameters.
     #[test]
     fn the_reference_lists_every_route_and_field_of_the_document() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
-        let reference = std::fs::read_to_string(path).unwrap();
-        let doc: Value = serde_json::from_str(&document_json()).unwrap();
+        let (reference, doc) = reference_and_document();
         let schemas = &doc["components"]["schemas"];
         let rows = route_rows(&reference);
         let mut differences = Vec::new();
