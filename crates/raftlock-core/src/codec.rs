@@ -27,6 +27,20 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(bincode::serde::encode_to_vec(value, config())?)
 }
 
+/// The length of [`encode`]'s bytes for `value`, counted without making them.
+pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, CodecError> {
+    let mut counter = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut counter, config())?;
+    Ok(counter.bytes_written)
+}
+
+/// The CRC32C of [`encode`]'s bytes for `value`, computed as they are made (no buffer).
+pub fn checksum_of<T: Serialize>(value: &T) -> Result<u32, CodecError> {
+    let mut summed = Checksummed::new(std::io::sink());
+    bincode::serde::encode_into_std_write(value, &mut summed, config())?;
+    Ok(summed.checksum())
+}
+
 /// [`encode`] into `out` as it goes, never holding the whole encoding (a snapshot of a large
 /// state is ~100 MB); returns its length. `out` is written in pieces of up to
 /// [`WRITER_BUFFER_BYTES`]: the encoder writes each field on its own, a few bytes at a time,
@@ -286,6 +300,21 @@ mod tests {
         head: u64,
         #[serde(with = "super::bytes")]
         data: Vec<u8>,
+    }
+
+    /// The request-id table stores fingerprints and sizes computed this way, and compares
+    /// them with ones computed from a full encoding by earlier releases: they must agree.
+    #[test]
+    fn length_and_checksum_are_those_of_the_encoding() {
+        for len in [0usize, 1, 127, 128, 70_000] {
+            let value = Plain {
+                head: len as u64 * 7919,
+                data: (0..len).map(|i| (i * 31) as u8).collect(),
+            };
+            let bytes = super::encode(&value).unwrap();
+            assert_eq!(super::encoded_len(&value).unwrap(), bytes.len());
+            assert_eq!(super::checksum_of(&value).unwrap(), crc32c::crc32c(&bytes));
+        }
     }
 
     #[test]

@@ -265,19 +265,19 @@ impl StateMachine {
     /// Applies `op` unless `request_id` was applied within the window; a repeat gets the
     /// first outcome and changes nothing.
     fn apply_once(&mut self, request_id: u128, op: &Op, t: Nanos) -> Outcome {
-        let Some(project) = op.project().map(str::to_string) else {
+        let Some(project) = op.project() else {
             return self.apply_op(op, t);
         };
         let fingerprint = op.fingerprint();
         if let Seen::Repeat(first) = self
             .request_ids
-            .check(&project, request_id, fingerprint, t)?
+            .check(project, request_id, fingerprint, t)?
         {
             return first;
         }
         let outcome = self.apply_op(op, t);
         self.request_ids
-            .remember(&project, request_id, fingerprint, &outcome, t);
+            .remember(project, request_id, fingerprint, &outcome, t);
         outcome
     }
 

@@ -178,11 +178,17 @@ impl RequestIds {
             return;
         }
         // Encoded size plus the id and the bookkeeping around it.
-        let bytes = crate::codec::encode(outcome).map_or(0, |b| b.len()) + 64;
+        let bytes = crate::codec::encoded_len(outcome).unwrap_or(0) + 64;
+        let table = table_key(project, id);
+        // Found without making the name a `String` (the entry API would, for every write).
+        if !self.projects.contains_key(table.as_ref()) {
+            self.projects
+                .insert(table.to_string(), ProjectIds::default());
+        }
         let ids = self
             .projects
-            .entry(table_key(project, id).into_owned())
-            .or_default();
+            .get_mut(table.as_ref())
+            .expect("inserted just above");
         ids.forget(
             t,
             MAX_PER_PROJECT - 1,
