@@ -131,13 +131,15 @@ impl Barrier {
     }
 }
 
-/// The new values of a create or an update.
-#[derive(Debug, Clone, Copy)]
-pub struct BarrierSpec<'a> {
-    pub description: &'a str,
+/// What a barrier is created with or replaced by: the fields of its create and update calls.
+/// Nested in those commands without changing their encoding: bincode writes a struct's
+/// fields in order, exactly as if they stood in the command itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BarrierSpec {
+    pub description: String,
     pub expected_processes: u64,
     pub delete_inactive_after_seconds: u64,
-    pub metadata: &'a BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// One arrival as the state machine applies it.
@@ -204,14 +206,14 @@ impl Barriers {
         project: &str,
         ns: &str,
         name: &str,
-        spec: BarrierSpec<'_>,
+        spec: &BarrierSpec,
         t: Nanos,
     ) -> Result<BarrierView> {
         (self.records).check_new(project, ns, name, MAX_BARRIERS_PER_NAMESPACE)?;
-        let bytes = barrier_bytes(name, spec.description, spec.metadata);
+        let bytes = barrier_bytes(name, &spec.description, &spec.metadata);
         (self.records).charge(project, bytes, MAX_BARRIER_BYTES_PER_PROJECT)?;
         let barrier = Barrier {
-            description: spec.description.to_string(),
+            description: spec.description.clone(),
             expected: spec.expected_processes,
             generation: 1,
             arrived: OrdMap::new(),
@@ -238,7 +240,7 @@ impl Barriers {
         project: &str,
         ns: &str,
         name: &str,
-        spec: BarrierSpec<'_>,
+        spec: &BarrierSpec,
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<BarrierView> {
@@ -252,7 +254,7 @@ impl Barriers {
                 ));
             }
             let old = barrier_bytes(name, &b.description, &b.metadata);
-            let new = barrier_bytes(name, spec.description, spec.metadata);
+            let new = barrier_bytes(name, &spec.description, &spec.metadata);
             if new > old {
                 let limit = MAX_BARRIER_BYTES_PER_PROJECT;
                 usage.check_room(project, new - old, limit, "barriers")?;
@@ -260,7 +262,7 @@ impl Barriers {
             usage.refund(project, old);
             usage.charge(project, new);
             let old_delete_at = b.delete_at();
-            b.description = spec.description.to_string();
+            b.description = spec.description.clone();
             b.expected = spec.expected_processes;
             b.delete_inactive_after_seconds = spec.delete_inactive_after_seconds;
             b.metadata = spec.metadata.clone();

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::barriers::BarrierView;
+use crate::barriers::{BarrierSpec, BarrierView};
 use crate::error::CoreError;
 use crate::hierarchy::{AcquireReply, LeaseView, LockView, NamespaceView, WaitSpec};
-use crate::semaphores::{SemAcquireReply, SemaphoreView};
+use crate::semaphores::{SemAcquireReply, SemaphoreSpec, SemaphoreView};
 use crate::tenancy::{KeyKind, KeyView, ProjectView};
 use crate::validate as v;
-use crate::wait_groups::WaitGroupView;
+use crate::wait_groups::{GroupSpec, WaitGroupView};
 use crate::Nanos;
 
 /// One replicated log entry.
@@ -186,17 +186,13 @@ pub enum HierOp {
     CreateSemaphore {
         namespace: String,
         name: String,
-        description: String,
-        permits: u64,
-        metadata: BTreeMap<String, String>,
+        spec: SemaphoreSpec,
     },
     /// Conditional: `expected_version` must be the current version.
     UpdateSemaphore {
         namespace: String,
         name: String,
-        description: String,
-        permits: u64,
-        metadata: BTreeMap<String, String>,
+        spec: SemaphoreSpec,
         expected_version: Option<u64>,
     },
     DeleteSemaphore {
@@ -244,21 +240,13 @@ pub enum HierOp {
     CreateWaitGroup {
         namespace: String,
         name: String,
-        description: String,
-        counter: u64,
-        expires_at: Nanos,
-        delete_after_finished_seconds: u64,
-        metadata: BTreeMap<String, String>,
+        spec: GroupSpec,
     },
     /// Conditional: `expected_version` must be the current version.
     UpdateWaitGroup {
         namespace: String,
         name: String,
-        description: String,
-        counter: u64,
-        expires_at: Nanos,
-        delete_after_finished_seconds: u64,
-        metadata: BTreeMap<String, String>,
+        spec: GroupSpec,
         expected_version: Option<u64>,
     },
     DeleteWaitGroup {
@@ -275,19 +263,13 @@ pub enum HierOp {
     CreateBarrier {
         namespace: String,
         name: String,
-        description: String,
-        expected_processes: u64,
-        delete_inactive_after_seconds: u64,
-        metadata: BTreeMap<String, String>,
+        spec: BarrierSpec,
     },
     /// Conditional: `expected_version` must be the current version.
     UpdateBarrier {
         namespace: String,
         name: String,
-        description: String,
-        expected_processes: u64,
-        delete_inactive_after_seconds: u64,
-        metadata: BTreeMap<String, String>,
+        spec: BarrierSpec,
         expected_version: Option<u64>,
     },
     DeleteBarrier {
@@ -392,19 +374,15 @@ impl HierOp {
             HierOp::CreateSemaphore {
                 namespace,
                 name,
-                description,
-                permits,
-                metadata,
-            } => semaphore(namespace, name, description, *permits, metadata),
+                spec,
+            } => semaphore(namespace, name, spec),
             HierOp::UpdateSemaphore {
                 namespace,
                 name,
-                description,
-                permits,
-                metadata,
+                spec,
                 expected_version,
             } => {
-                semaphore(namespace, name, description, *permits, metadata)?;
+                semaphore(namespace, name, spec)?;
                 v::expected_version(*expected_version)
             }
             HierOp::DeleteSemaphore { namespace, name }
@@ -430,37 +408,15 @@ impl HierOp {
             HierOp::CreateWaitGroup {
                 namespace,
                 name,
-                description,
-                counter,
-                delete_after_finished_seconds,
-                metadata,
-                ..
-            } => wait_group(
-                namespace,
-                name,
-                description,
-                *counter,
-                *delete_after_finished_seconds,
-                metadata,
-            ),
+                spec,
+            } => wait_group(namespace, name, spec),
             HierOp::UpdateWaitGroup {
                 namespace,
                 name,
-                description,
-                counter,
-                delete_after_finished_seconds,
-                metadata,
+                spec,
                 expected_version,
-                ..
             } => {
-                wait_group(
-                    namespace,
-                    name,
-                    description,
-                    *counter,
-                    *delete_after_finished_seconds,
-                    metadata,
-                )?;
+                wait_group(namespace, name, spec)?;
                 v::expected_version(*expected_version)
             }
             HierOp::DeleteWaitGroup { namespace, name } => {
@@ -477,35 +433,15 @@ impl HierOp {
             HierOp::CreateBarrier {
                 namespace,
                 name,
-                description,
-                expected_processes,
-                delete_inactive_after_seconds,
-                metadata,
-            } => barrier(
-                namespace,
-                name,
-                description,
-                *expected_processes,
-                *delete_inactive_after_seconds,
-                metadata,
-            ),
+                spec,
+            } => barrier(namespace, name, spec),
             HierOp::UpdateBarrier {
                 namespace,
                 name,
-                description,
-                expected_processes,
-                delete_inactive_after_seconds,
-                metadata,
+                spec,
                 expected_version,
             } => {
-                barrier(
-                    namespace,
-                    name,
-                    description,
-                    *expected_processes,
-                    *delete_inactive_after_seconds,
-                    metadata,
-                )?;
+                barrier(namespace, name, spec)?;
                 v::expected_version(*expected_version)
             }
             HierOp::DeleteBarrier { namespace, name } => record(namespace, "barrier_name", name),
@@ -585,14 +521,9 @@ fn record_fields<const N: usize>(
 }
 
 /// The fields a semaphore is created or replaced with.
-fn semaphore(
-    namespace: &str,
-    name: &str,
-    description: &str,
-    permits: u64,
-    metadata: &BTreeMap<String, String>,
-) -> Result<(), CoreError> {
-    let rules = [v::permits("permits", permits)];
+fn semaphore(namespace: &str, name: &str, spec: &SemaphoreSpec) -> Result<(), CoreError> {
+    let rules = [v::permits("permits", spec.permits)];
+    let (description, metadata) = (&spec.description, &spec.metadata);
     record_fields(
         namespace,
         "semaphore_name",
@@ -604,19 +535,13 @@ fn semaphore(
 }
 
 /// The fields a wait group is created or replaced with.
-fn wait_group(
-    namespace: &str,
-    name: &str,
-    description: &str,
-    counter: u64,
-    delete_after_finished_seconds: u64,
-    metadata: &BTreeMap<String, String>,
-) -> Result<(), CoreError> {
-    let retention = delete_after_finished_seconds;
+fn wait_group(namespace: &str, name: &str, spec: &GroupSpec) -> Result<(), CoreError> {
+    let retention = spec.delete_after_finished_seconds;
     let rules = [
-        v::wait_group_counter(counter),
+        v::wait_group_counter(spec.counter),
         v::retention("delete_after_finished_seconds", retention),
     ];
+    let (description, metadata) = (&spec.description, &spec.metadata);
     record_fields(
         namespace,
         "wait_group_name",
@@ -628,19 +553,13 @@ fn wait_group(
 }
 
 /// The fields a barrier is created or replaced with.
-fn barrier(
-    namespace: &str,
-    name: &str,
-    description: &str,
-    expected_processes: u64,
-    delete_inactive_after_seconds: u64,
-    metadata: &BTreeMap<String, String>,
-) -> Result<(), CoreError> {
-    let idle = delete_inactive_after_seconds;
+fn barrier(namespace: &str, name: &str, spec: &BarrierSpec) -> Result<(), CoreError> {
+    let idle = spec.delete_inactive_after_seconds;
     let rules = [
-        v::expected_processes(expected_processes),
+        v::expected_processes(spec.expected_processes),
         v::retention("delete_inactive_after_seconds", idle),
     ];
+    let (description, metadata) = (&spec.description, &spec.metadata);
     record_fields(
         namespace,
         "barrier_name",

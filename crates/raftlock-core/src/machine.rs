@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::barriers::{Arrival, BarrierSpec, Barriers};
+use crate::barriers::{Arrival, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
 use crate::hierarchy::{Hierarchy, Quotas};
@@ -15,7 +15,7 @@ use crate::semaphores::{AcquireArgs, Semaphores};
 use crate::shards::Shards;
 use crate::spaces::Stored;
 use crate::tenancy::{self, KeyRecord, ProjectSettings, ProjectView};
-use crate::wait_groups::{GroupSpec, WaitGroups};
+use crate::wait_groups::WaitGroups;
 use crate::{validate, Nanos};
 
 mod compat;
@@ -413,33 +413,16 @@ impl StateMachine {
     fn apply_primitive(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
         let s = &mut self.semaphores;
         match op {
-            HierOp::CreateSemaphore {
-                name,
-                description,
-                permits,
-                metadata,
-                ..
-            } => s
-                .create_semaphore(project, ns, name, description, *permits, metadata, t)
+            HierOp::CreateSemaphore { name, spec, .. } => s
+                .create_semaphore(project, ns, name, spec, t)
                 .map(Reply::Semaphore),
             HierOp::UpdateSemaphore {
                 name,
-                description,
-                permits,
-                metadata,
+                spec,
                 expected_version,
                 ..
             } => s
-                .update_semaphore(
-                    project,
-                    ns,
-                    name,
-                    description,
-                    *permits,
-                    metadata,
-                    *expected_version,
-                    t,
-                )
+                .update_semaphore(project, ns, name, spec, *expected_version, t)
                 .map(Reply::Semaphore),
             HierOp::DeleteSemaphore { name, .. } => {
                 s.delete_semaphore(project, ns, name);
@@ -500,43 +483,15 @@ impl StateMachine {
     fn apply_coordination(&mut self, project: &str, ns: &str, op: &HierOp, t: Nanos) -> Outcome {
         let (w, b) = (&mut self.wait_groups, &mut self.barriers);
         match op {
-            HierOp::CreateWaitGroup {
-                name,
-                description,
-                counter,
-                expires_at,
-                delete_after_finished_seconds,
-                metadata,
-                ..
-            } => {
-                let spec = GroupSpec {
-                    description,
-                    counter: *counter,
-                    expires_at: *expires_at,
-                    delete_after_finished_seconds: *delete_after_finished_seconds,
-                    metadata,
-                };
+            HierOp::CreateWaitGroup { name, spec, .. } => {
                 w.create(project, ns, name, spec, t).map(Reply::WaitGroup)
             }
             HierOp::UpdateWaitGroup {
                 name,
-                description,
-                counter,
-                expires_at,
-                delete_after_finished_seconds,
-                metadata,
+                spec,
                 expected_version,
                 ..
-            } => {
-                let spec = GroupSpec {
-                    description,
-                    counter: *counter,
-                    expires_at: *expires_at,
-                    delete_after_finished_seconds: *delete_after_finished_seconds,
-                    metadata,
-                };
-                (w.update(project, ns, name, spec, *expected_version, t)).map(Reply::WaitGroup)
-            }
+            } => (w.update(project, ns, name, spec, *expected_version, t)).map(Reply::WaitGroup),
             HierOp::DeleteWaitGroup { name, .. } => {
                 w.delete(project, ns, name);
                 Ok(Reply::Done)
@@ -544,39 +499,15 @@ impl StateMachine {
             HierOp::CompleteJobs { name, jobs, .. } => {
                 (w.complete_jobs(project, ns, name, jobs, t)).map(Reply::WaitGroup)
             }
-            HierOp::CreateBarrier {
-                name,
-                description,
-                expected_processes,
-                delete_inactive_after_seconds,
-                metadata,
-                ..
-            } => {
-                let spec = BarrierSpec {
-                    description,
-                    expected_processes: *expected_processes,
-                    delete_inactive_after_seconds: *delete_inactive_after_seconds,
-                    metadata,
-                };
+            HierOp::CreateBarrier { name, spec, .. } => {
                 b.create(project, ns, name, spec, t).map(Reply::Barrier)
             }
             HierOp::UpdateBarrier {
                 name,
-                description,
-                expected_processes,
-                delete_inactive_after_seconds,
-                metadata,
+                spec,
                 expected_version,
                 ..
-            } => {
-                let spec = BarrierSpec {
-                    description,
-                    expected_processes: *expected_processes,
-                    delete_inactive_after_seconds: *delete_inactive_after_seconds,
-                    metadata,
-                };
-                (b.update(project, ns, name, spec, *expected_version, t)).map(Reply::Barrier)
-            }
+            } => (b.update(project, ns, name, spec, *expected_version, t)).map(Reply::Barrier),
             HierOp::DeleteBarrier { name, .. } => {
                 b.delete(project, ns, name);
                 Ok(Reply::Done)

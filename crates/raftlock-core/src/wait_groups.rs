@@ -129,14 +129,16 @@ impl Group {
     }
 }
 
-/// The new values of a create or an update.
-#[derive(Debug, Clone, Copy)]
-pub struct GroupSpec<'a> {
-    pub description: &'a str,
+/// What a wait group is created with or replaced by: the fields of its create and update
+/// calls. Nested in those commands without changing their encoding: bincode writes a struct's
+/// fields in order, exactly as if they stood in the command itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSpec {
+    pub description: String,
     pub counter: u64,
     pub expires_at: Nanos,
     pub delete_after_finished_seconds: u64,
-    pub metadata: &'a BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// All wait groups of all projects.
@@ -226,7 +228,7 @@ impl WaitGroups {
         project: &str,
         ns: &str,
         name: &str,
-        spec: GroupSpec<'_>,
+        spec: &GroupSpec,
         t: Nanos,
     ) -> Result<WaitGroupView> {
         if spec.expires_at < t + MIN_EXPIRY_LEAD {
@@ -236,10 +238,10 @@ impl WaitGroups {
             ));
         }
         (self.records).check_new(project, ns, name, MAX_WAIT_GROUPS_PER_NAMESPACE)?;
-        let bytes = group_bytes(name, spec.description, spec.metadata);
+        let bytes = group_bytes(name, &spec.description, &spec.metadata);
         (self.records).charge(project, bytes, MAX_WAIT_GROUP_BYTES_PER_PROJECT)?;
         let group = Group {
-            description: spec.description.to_string(),
+            description: spec.description.clone(),
             counter: spec.counter,
             jobs: OrdMap::new(),
             status: Status::Active,
@@ -261,13 +263,12 @@ impl WaitGroups {
 
     /// Replaces the mutable fields of an active group if `expected_version` is current;
     /// `counter` equal to `completed_jobs` completes it.
-    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
         project: &str,
         ns: &str,
         name: &str,
-        spec: GroupSpec<'_>,
+        spec: &GroupSpec,
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<WaitGroupView> {
@@ -290,7 +291,7 @@ impl WaitGroups {
                 return Err(CoreError::invalid("expires_at", "must be in the future"));
             }
             let old = group_bytes(name, &g.description, &g.metadata);
-            let new = group_bytes(name, spec.description, spec.metadata);
+            let new = group_bytes(name, &spec.description, &spec.metadata);
             if new > old {
                 let limit = MAX_WAIT_GROUP_BYTES_PER_PROJECT;
                 usage.check_room(project, new - old, limit, "wait groups")?;
@@ -298,7 +299,7 @@ impl WaitGroups {
             usage.refund(project, old);
             usage.charge(project, new);
             let old_expiry = g.expires_at;
-            g.description = spec.description.to_string();
+            g.description = spec.description.clone();
             g.counter = spec.counter;
             g.expires_at = spec.expires_at;
             g.delete_after_finished_seconds = spec.delete_after_finished_seconds;

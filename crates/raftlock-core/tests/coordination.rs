@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{hier, T0};
 use proptest::prelude::*;
-use raftlock_core::barriers::BarrierView;
+use raftlock_core::barriers::{BarrierSpec, BarrierView};
+
 use raftlock_core::command::HierOp;
-use raftlock_core::wait_groups::{WaitGroupStatus, WaitGroupView};
+use raftlock_core::wait_groups::{GroupSpec, WaitGroupStatus, WaitGroupView};
 use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 
 const NS: &str = "pipelines";
@@ -55,11 +56,13 @@ impl World {
         self.apply(hier(HierOp::CreateWaitGroup {
             namespace: NS.into(),
             name: name.into(),
-            description: String::new(),
-            counter,
-            expires_at: self.t + expires_in * SECOND,
-            delete_after_finished_seconds: 60,
-            metadata: BTreeMap::new(),
+            spec: GroupSpec {
+                description: String::new(),
+                counter,
+                expires_at: self.t + expires_in * SECOND,
+                delete_after_finished_seconds: 60,
+                metadata: BTreeMap::new(),
+            },
         }))
         .map(|r| match r {
             Reply::WaitGroup(g) => g,
@@ -91,10 +94,12 @@ impl World {
         match self.apply(hier(HierOp::CreateBarrier {
             namespace: NS.into(),
             name: name.into(),
-            description: String::new(),
-            expected_processes: expected,
-            delete_inactive_after_seconds: 60,
-            metadata: BTreeMap::new(),
+            spec: BarrierSpec {
+                description: String::new(),
+                expected_processes: expected,
+                delete_inactive_after_seconds: 60,
+                metadata: BTreeMap::new(),
+            },
         })) {
             Ok(Reply::Barrier(b)) => b,
             other => panic!("{other:?}"),
@@ -187,11 +192,13 @@ fn a_wait_group_expires_at_its_deadline_and_updates_follow_the_rules() {
         hier(HierOp::UpdateWaitGroup {
             namespace: NS.into(),
             name: "g".into(),
-            description: "more".into(),
-            counter,
-            expires_at: t + expires_in * SECOND,
-            delete_after_finished_seconds: 120,
-            metadata: BTreeMap::new(),
+            spec: GroupSpec {
+                description: "more".into(),
+                counter,
+                expires_at: t + expires_in * SECOND,
+                delete_after_finished_seconds: 120,
+                metadata: BTreeMap::new(),
+            },
             expected_version: version,
         })
     };
@@ -239,11 +246,13 @@ fn a_wait_group_expires_at_its_deadline_and_updates_follow_the_rules() {
     let g = match w.apply(hier(HierOp::UpdateWaitGroup {
         namespace: NS.into(),
         name: "h".into(),
-        description: String::new(),
-        counter: 1,
-        expires_at: w.t + 120 * SECOND,
-        delete_after_finished_seconds: 60,
-        metadata: BTreeMap::new(),
+        spec: GroupSpec {
+            description: String::new(),
+            counter: 1,
+            expires_at: w.t + 120 * SECOND,
+            delete_after_finished_seconds: 60,
+            metadata: BTreeMap::new(),
+        },
         expected_version: Some(1),
     })) {
         Ok(Reply::WaitGroup(g)) => g,
@@ -309,10 +318,12 @@ fn lowering_expected_processes_to_the_arrived_trips_and_idle_barriers_go() {
         hier(HierOp::UpdateBarrier {
             namespace: NS.into(),
             name: "phase".into(),
-            description: String::new(),
-            expected_processes: expected,
-            delete_inactive_after_seconds: 60,
-            metadata: BTreeMap::new(),
+            spec: BarrierSpec {
+                description: String::new(),
+                expected_processes: expected,
+                delete_inactive_after_seconds: 60,
+                metadata: BTreeMap::new(),
+            },
             expected_version: Some(version),
         })
     };
@@ -390,26 +401,14 @@ fn pick(items: &'static [&'static str]) -> impl Strategy<Value = String> {
 fn op() -> impl Strategy<Value = HierOp> {
     let ns = || NS.to_string();
     prop_oneof![
-        2 => (pick(&GROUPS), 1u64..=5, 30i64..400).prop_map(move |(name, counter, secs)| HierOp::CreateWaitGroup {
-            namespace: ns(), name, description: String::new(), counter, expires_at: T0 + secs * SECOND,
-            delete_after_finished_seconds: 60, metadata: BTreeMap::new(),
-        }),
-        1 => (pick(&GROUPS), 0u64..=6, 1u64..=4, 0i64..400).prop_map(move |(name, counter, v, secs)| HierOp::UpdateWaitGroup {
-            namespace: NS.into(), name, description: String::new(), counter, expires_at: T0 + secs * SECOND,
-            delete_after_finished_seconds: 60, metadata: BTreeMap::new(), expected_version: Some(v),
-        }),
+        2 => (pick(&GROUPS), 1u64..=5, 30i64..400).prop_map(move |(name, counter, secs)| HierOp::CreateWaitGroup { namespace: ns(), name, spec: GroupSpec { description: String::new(), counter, expires_at: T0 + secs * SECOND, delete_after_finished_seconds: 60, metadata: BTreeMap::new() } }),
+        1 => (pick(&GROUPS), 0u64..=6, 1u64..=4, 0i64..400).prop_map(move |(name, counter, v, secs)| HierOp::UpdateWaitGroup { namespace: NS.into(), name, spec: GroupSpec { description: String::new(), counter, expires_at: T0 + secs * SECOND, delete_after_finished_seconds: 60, metadata: BTreeMap::new() }, expected_version: Some(v) }),
         1 => pick(&GROUPS).prop_map(|name| HierOp::DeleteWaitGroup { namespace: NS.into(), name }),
         6 => (pick(&GROUPS), prop::collection::vec(pick(&JOBS), 1..4)).prop_map(|(name, jobs)| HierOp::CompleteJobs {
             namespace: NS.into(), name, jobs: jobs.into_iter().map(|j| (j, BTreeMap::new())).collect(),
         }),
-        2 => (pick(&BARRIERS), 1u64..=4).prop_map(|(name, expected_processes)| HierOp::CreateBarrier {
-            namespace: NS.into(), name, description: String::new(), expected_processes,
-            delete_inactive_after_seconds: 60, metadata: BTreeMap::new(),
-        }),
-        1 => (pick(&BARRIERS), 0u64..=4, 1u64..=4).prop_map(|(name, expected_processes, v)| HierOp::UpdateBarrier {
-            namespace: NS.into(), name, description: String::new(), expected_processes,
-            delete_inactive_after_seconds: 60, metadata: BTreeMap::new(), expected_version: Some(v),
-        }),
+        2 => (pick(&BARRIERS), 1u64..=4).prop_map(|(name, expected_processes)| HierOp::CreateBarrier { namespace: NS.into(), name, spec: BarrierSpec { description: String::new(), expected_processes, delete_inactive_after_seconds: 60, metadata: BTreeMap::new() } }),
+        1 => (pick(&BARRIERS), 0u64..=4, 1u64..=4).prop_map(|(name, expected_processes, v)| HierOp::UpdateBarrier { namespace: NS.into(), name, spec: BarrierSpec { description: String::new(), expected_processes, delete_inactive_after_seconds: 60, metadata: BTreeMap::new() }, expected_version: Some(v) }),
         1 => pick(&BARRIERS).prop_map(|name| HierOp::DeleteBarrier { namespace: NS.into(), name }),
         8 => (pick(&BARRIERS), pick(&PROCS), 0u64..=4).prop_map(|(name, process_id, expected_generation)| HierOp::ArriveAtBarrier {
             namespace: NS.into(), name, process_id, expected_generation, metadata: BTreeMap::new(),

@@ -14,8 +14,11 @@
 
 use std::collections::BTreeMap;
 
+use raftlock_core::barriers::BarrierSpec;
 use raftlock_core::command::{HierOp, LockAction};
 use raftlock_core::hierarchy::WaitSpec;
+use raftlock_core::semaphores::SemaphoreSpec;
+use raftlock_core::wait_groups::GroupSpec;
 use raftlock_core::{
     codec, Command, Limits, Op, StateMachine, StateMachineV2, StateMachineV3, StateMachineV4,
     SECOND,
@@ -135,9 +138,11 @@ fn sample_state_with_semaphores() -> StateMachine {
             HierOp::CreateSemaphore {
                 namespace: "alpha".into(),
                 name: name.into(),
-                description: format!("{name} API"),
-                permits,
-                metadata: meta.clone(),
+                spec: SemaphoreSpec {
+                    description: format!("{name} API"),
+                    permits,
+                    metadata: meta.clone(),
+                },
             },
         ));
     }
@@ -193,11 +198,13 @@ fn sample_state_with_semaphores() -> StateMachine {
         HierOp::CreateWaitGroup {
             namespace: ns(),
             name: "batch".into(),
-            description: "nightly".into(),
-            counter: 3,
-            expires_at: T0 + 3600 * SECOND,
-            delete_after_finished_seconds: 600,
-            metadata: meta.clone(),
+            spec: GroupSpec {
+                description: "nightly".into(),
+                counter: 3,
+                expires_at: T0 + 3600 * SECOND,
+                delete_after_finished_seconds: 600,
+                metadata: meta.clone(),
+            },
         },
     ));
     ops.push(hier(
@@ -216,10 +223,12 @@ fn sample_state_with_semaphores() -> StateMachine {
         HierOp::CreateBarrier {
             namespace: ns(),
             name: "phase".into(),
-            description: "end of map".into(),
-            expected_processes: 2,
-            delete_inactive_after_seconds: 3600,
-            metadata: meta.clone(),
+            spec: BarrierSpec {
+                description: "end of map".into(),
+                expected_processes: 2,
+                delete_inactive_after_seconds: 3600,
+                metadata: meta.clone(),
+            },
         },
     ));
     for (process, generation) in [("a", 1), ("b", 1), ("a", 2)] {
@@ -318,4 +327,117 @@ fn a_format_2_state_converts_to_the_same_state_without_semaphores() {
     assert_eq!(converted, sample_state());
     converted.count_usage();
     converted.check_usage().unwrap();
+}
+
+/// The create and update commands of semaphores, wait groups and barriers carry their fields
+/// in a nested spec. The log's bytes must stay those of the flat fields earlier releases
+/// wrote — the variant's index, the namespace, the name, the fields in order, then the
+/// expected version — or a log written before could not be replayed.
+#[test]
+fn nested_specs_encode_as_the_flat_fields_of_earlier_releases() {
+    let meta: BTreeMap<String, String> = [("vendor".to_string(), "partner-1".to_string())].into();
+    let (ns, name) = ("alpha".to_string(), "x".to_string());
+    let same = |op: HierOp, flat: Vec<u8>| {
+        assert_eq!(codec::encode(&op).unwrap(), flat, "{op:?}");
+        assert_eq!(codec::decode::<HierOp>(&flat).unwrap(), op);
+    };
+    let version = Some(3u64);
+
+    let sem = SemaphoreSpec {
+        description: "partner API".into(),
+        permits: 5,
+        metadata: meta.clone(),
+    };
+    let flat = (&ns, &name, &sem.description, sem.permits, &meta);
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::CreateSemaphore {
+            namespace,
+            name: n,
+            spec: sem.clone(),
+        },
+        codec::encode(&(10u32, flat)).unwrap(),
+    );
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::UpdateSemaphore {
+            namespace,
+            name: n,
+            spec: sem.clone(),
+            expected_version: version,
+        },
+        codec::encode(&(11u32, flat, version)).unwrap(),
+    );
+
+    let group = GroupSpec {
+        description: "nightly".into(),
+        counter: 3,
+        expires_at: T0 + 3600 * SECOND,
+        delete_after_finished_seconds: 600,
+        metadata: meta.clone(),
+    };
+    let g = &group;
+    let flat = (
+        &ns,
+        &name,
+        &g.description,
+        g.counter,
+        g.expires_at,
+        g.delete_after_finished_seconds,
+        &meta,
+    );
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::CreateWaitGroup {
+            namespace,
+            name: n,
+            spec: group.clone(),
+        },
+        codec::encode(&(19u32, flat)).unwrap(),
+    );
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::UpdateWaitGroup {
+            namespace,
+            name: n,
+            spec: group.clone(),
+            expected_version: version,
+        },
+        codec::encode(&(20u32, flat, version)).unwrap(),
+    );
+
+    let barrier = BarrierSpec {
+        description: "end of map".into(),
+        expected_processes: 2,
+        delete_inactive_after_seconds: 3600,
+        metadata: meta.clone(),
+    };
+    let b = &barrier;
+    let flat = (
+        &ns,
+        &name,
+        &b.description,
+        b.expected_processes,
+        b.delete_inactive_after_seconds,
+        &meta,
+    );
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::CreateBarrier {
+            namespace,
+            name: n,
+            spec: barrier.clone(),
+        },
+        codec::encode(&(23u32, flat)).unwrap(),
+    );
+    let (namespace, n) = (ns.clone(), name.clone());
+    same(
+        HierOp::UpdateBarrier {
+            namespace,
+            name: n,
+            spec: barrier.clone(),
+            expected_version: version,
+        },
+        codec::encode(&(24u32, flat, version)).unwrap(),
+    );
 }

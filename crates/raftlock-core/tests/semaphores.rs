@@ -11,7 +11,9 @@ use common::{hier, T0};
 use proptest::prelude::*;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec};
-use raftlock_core::semaphores::{SemAcquireReply, SemaphoreView, MAX_HOLDERS_PER_SEMAPHORE};
+use raftlock_core::semaphores::{
+    SemAcquireReply, SemaphoreSpec, SemaphoreView, MAX_HOLDERS_PER_SEMAPHORE,
+};
 use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 
 const NS: &str = "jobs";
@@ -53,9 +55,11 @@ impl World {
         match self.ok(hier(HierOp::CreateSemaphore {
             namespace: NS.into(),
             name: name.into(),
-            description: String::new(),
-            permits,
-            metadata: BTreeMap::new(),
+            spec: SemaphoreSpec {
+                description: String::new(),
+                permits,
+                metadata: BTreeMap::new(),
+            },
         })) {
             Reply::Semaphore(s) => s,
             other => panic!("{other:?}"),
@@ -132,17 +136,21 @@ fn create_get_list_and_their_errors() {
     let again = w.apply(hier(HierOp::CreateSemaphore {
         namespace: NS.into(),
         name: "partner_1".into(),
-        description: String::new(),
-        permits: 1,
-        metadata: BTreeMap::new(),
+        spec: SemaphoreSpec {
+            description: String::new(),
+            permits: 1,
+            metadata: BTreeMap::new(),
+        },
     }));
     assert_eq!(again, Err(CoreError::AlreadyExists("semaphore".into())));
     let zero = w.apply(hier(HierOp::CreateSemaphore {
         namespace: NS.into(),
         name: "z".into(),
-        description: String::new(),
-        permits: 0,
-        metadata: BTreeMap::new(),
+        spec: SemaphoreSpec {
+            description: String::new(),
+            permits: 0,
+            metadata: BTreeMap::new(),
+        },
     }));
     assert!(matches!(zero, Err(CoreError::Invalid { ref field, .. }) if field == "permits"));
     let no_ns = w.apply(Op::Hier {
@@ -150,9 +158,11 @@ fn create_get_list_and_their_errors() {
         op: HierOp::CreateSemaphore {
             namespace: "nope".into(),
             name: "x".into(),
-            description: String::new(),
-            permits: 1,
-            metadata: BTreeMap::new(),
+            spec: SemaphoreSpec {
+                description: String::new(),
+                permits: 1,
+                metadata: BTreeMap::new(),
+            },
         },
     });
     assert_eq!(no_ns, Err(CoreError::NotFound("namespace".into())));
@@ -415,9 +425,11 @@ fn updates_are_conditional_and_cannot_shrink_below_what_is_held() {
         hier(HierOp::UpdateSemaphore {
             namespace: NS.into(),
             name: "s".into(),
-            description: "more".into(),
-            permits,
-            metadata: BTreeMap::new(),
+            spec: SemaphoreSpec {
+                description: "more".into(),
+                permits,
+                metadata: BTreeMap::new(),
+            },
             expected_version,
         })
     };
@@ -475,9 +487,11 @@ fn lowering_permits_drops_every_queued_acquire_that_could_never_fit() {
     w.ok(hier(HierOp::UpdateSemaphore {
         namespace: NS.into(),
         name: "s".into(),
-        description: String::new(),
-        permits: 8,
-        metadata: BTreeMap::new(),
+        spec: SemaphoreSpec {
+            description: String::new(),
+            permits: 8,
+            metadata: BTreeMap::new(),
+        },
         expected_version: Some(1),
     }));
     // c (9 > 8) leaves although it is not the head; b (5) still waits for a's 6.
@@ -608,11 +622,13 @@ fn the_holder_quota_and_the_byte_budget_refuse_without_changing_anything() {
     let err = small.apply(hier(HierOp::CreateSemaphore {
         namespace: NS.into(),
         name: "big".into(),
-        description: "x".repeat(1024),
-        permits: 1,
-        metadata: (0..10)
-            .map(|i| (format!("k{i}"), "v".repeat(200)))
-            .collect(),
+        spec: SemaphoreSpec {
+            description: "x".repeat(1024),
+            permits: 1,
+            metadata: (0..10)
+                .map(|i| (format!("k{i}"), "v".repeat(200)))
+                .collect(),
+        },
     }));
     assert!(
         matches!(err, Err(CoreError::ResourceExhausted(_))),
@@ -634,13 +650,8 @@ fn pick(items: &'static [&'static str]) -> impl Strategy<Value = String> {
 fn sem_op() -> impl Strategy<Value = HierOp> {
     let ns = || Just(NS.to_string());
     prop_oneof![
-        2 => (pick(&SEMS), 1u64..=6).prop_map(|(name, permits)| HierOp::CreateSemaphore {
-            namespace: NS.into(), name, description: String::new(), permits, metadata: BTreeMap::new(),
-        }),
-        2 => (pick(&SEMS), 0u64..=7, 1u64..=4).prop_map(|(name, permits, v)| HierOp::UpdateSemaphore {
-            namespace: NS.into(), name, description: String::new(), permits, metadata: BTreeMap::new(),
-            expected_version: Some(v),
-        }),
+        2 => (pick(&SEMS), 1u64..=6).prop_map(|(name, permits)| HierOp::CreateSemaphore { namespace: NS.into(), name, spec: SemaphoreSpec { description: String::new(), permits, metadata: BTreeMap::new() } }),
+        2 => (pick(&SEMS), 0u64..=7, 1u64..=4).prop_map(|(name, permits, v)| HierOp::UpdateSemaphore { namespace: NS.into(), name, spec: SemaphoreSpec { description: String::new(), permits, metadata: BTreeMap::new() }, expected_version: Some(v) }),
         1 => pick(&SEMS).prop_map(|name| HierOp::DeleteSemaphore { namespace: NS.into(), name }),
         3 => (ns(), pick(&LEASES), 1u64..=30).prop_map(|(namespace, lease_id, ttl_seconds)| HierOp::CreateSemaphoreLease {
             namespace, lease_id, process_id: "w".into(), ttl_seconds,

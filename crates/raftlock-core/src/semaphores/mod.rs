@@ -41,6 +41,16 @@ use crate::paging::list_page;
 use crate::{Nanos, SECOND};
 use record::{holder_bytes, semaphore_bytes, waiter_bytes, SemLease, Semaphore, Waiter};
 
+/// What a semaphore is created with or replaced by: the fields of its create and update
+/// calls. Nested in those commands without changing their encoding: bincode writes a
+/// struct's fields in order, exactly as if they stood in the command itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SemaphoreSpec {
+    pub description: String,
+    pub permits: u64,
+    pub metadata: BTreeMap<String, String>,
+}
+
 /// Most holders of one semaphore (Grackle caps `permits` at 1,000 instead; here weights may be
 /// large, and the holders are what takes memory).
 pub const MAX_HOLDERS_PER_SEMAPHORE: usize = 1_000;
@@ -325,17 +335,20 @@ impl Semaphores {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn create_semaphore(
         &mut self,
         project: &str,
         namespace: &str,
         name: &str,
-        description: &str,
-        permits: u64,
-        metadata: &BTreeMap<String, String>,
+        spec: &SemaphoreSpec,
         t: Nanos,
     ) -> Result<SemaphoreView> {
+        let SemaphoreSpec {
+            description,
+            permits,
+            metadata,
+        } = spec;
+        let permits = *permits;
         self.with_space(project, namespace, |space, book| {
             if space.semaphores.contains_key(name) {
                 return Err(CoreError::AlreadyExists("semaphore".into()));
@@ -366,18 +379,21 @@ impl Semaphores {
     /// Replaces description, permits and metadata if `expected_version` is current and the
     /// new `permits` is at least what is held. Queued acquires heavier than the new `permits`
     /// are dropped wherever they wait; a raise grants from the queue.
-    #[allow(clippy::too_many_arguments)]
     pub fn update_semaphore(
         &mut self,
         project: &str,
         namespace: &str,
         name: &str,
-        description: &str,
-        permits: u64,
-        metadata: &BTreeMap<String, String>,
+        spec: &SemaphoreSpec,
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<SemaphoreView> {
+        let SemaphoreSpec {
+            description,
+            permits,
+            metadata,
+        } = spec;
+        let permits = *permits;
         self.with_space(project, namespace, |space, book| {
             let sem = space.semaphore(name)?;
             CoreError::check_version(expected_version, sem.version)?;
@@ -396,7 +412,7 @@ impl Semaphores {
                 book.refund(project, old - new);
             }
             let sem = space.semaphores.get_mut(name).expect("checked");
-            sem.description = description.to_string();
+            sem.description = description.clone();
             sem.permits = permits;
             sem.metadata = metadata.clone();
             sem.version += 1;

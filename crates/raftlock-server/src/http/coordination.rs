@@ -21,9 +21,9 @@ use raftlock_api::wait_groups::{
     WaitGroupResponse, WaitGroupStatus, WaitGroupWaitOutcome,
 };
 use raftlock_api::Listing;
-use raftlock_core::barriers::{self, Barriers};
+use raftlock_core::barriers::{self, BarrierSpec, Barriers};
 use raftlock_core::command::HierOp;
-use raftlock_core::wait_groups::{self, WaitGroups};
+use raftlock_core::wait_groups::{self, GroupSpec, WaitGroups};
 use raftlock_core::{validate, CoreError, Reply, StateMachine};
 
 use super::errors::ApiError;
@@ -103,11 +103,13 @@ impl Call {
             self.write(HierOp::CreateWaitGroup {
                 namespace: r.namespace_name,
                 name: r.wait_group_name,
-                description: r.description,
-                counter: r.counter,
-                expires_at: r.expires_at,
-                delete_after_finished_seconds: r.delete_after_finished_seconds,
-                metadata: r.metadata,
+                spec: GroupSpec {
+                    description: r.description,
+                    counter: r.counter,
+                    expires_at: r.expires_at,
+                    delete_after_finished_seconds: r.delete_after_finished_seconds,
+                    metadata: r.metadata,
+                },
             })
             .await?,
         )
@@ -133,11 +135,13 @@ impl Call {
             self.write(HierOp::UpdateWaitGroup {
                 namespace: r.namespace_name,
                 name: r.wait_group_name,
-                description: r.description,
-                counter: r.counter,
-                expires_at: r.expires_at,
-                delete_after_finished_seconds: r.delete_after_finished_seconds,
-                metadata: r.metadata,
+                spec: GroupSpec {
+                    description: r.description,
+                    counter: r.counter,
+                    expires_at: r.expires_at,
+                    delete_after_finished_seconds: r.delete_after_finished_seconds,
+                    metadata: r.metadata,
+                },
                 expected_version: r.expected_version,
             })
             .await?,
@@ -250,10 +254,12 @@ impl Call {
             self.write(HierOp::CreateBarrier {
                 namespace: r.namespace_name,
                 name: r.barrier_name,
-                description: r.description,
-                expected_processes: r.expected_processes,
-                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                metadata: r.metadata,
+                spec: BarrierSpec {
+                    description: r.description,
+                    expected_processes: r.expected_processes,
+                    delete_inactive_after_seconds: r.delete_inactive_after_seconds,
+                    metadata: r.metadata,
+                },
             })
             .await?,
         )
@@ -276,10 +282,12 @@ impl Call {
             self.write(HierOp::UpdateBarrier {
                 namespace: r.namespace_name,
                 name: r.barrier_name,
-                description: r.description,
-                expected_processes: r.expected_processes,
-                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                metadata: r.metadata,
+                spec: BarrierSpec {
+                    description: r.description,
+                    expected_processes: r.expected_processes,
+                    delete_inactive_after_seconds: r.delete_inactive_after_seconds,
+                    metadata: r.metadata,
+                },
                 expected_version: r.expected_version,
             })
             .await?,

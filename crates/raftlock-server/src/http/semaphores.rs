@@ -17,7 +17,7 @@ use raftlock_api::semaphores::{
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec, WaitState};
-use raftlock_core::semaphores::{self, Semaphores};
+use raftlock_core::semaphores::{self, SemaphoreSpec, Semaphores};
 use raftlock_core::{validate, CoreError, Reply};
 
 use super::errors::ApiError;
@@ -75,9 +75,11 @@ impl Call {
             self.write(HierOp::CreateSemaphore {
                 namespace: r.namespace_name,
                 name: r.semaphore_name,
-                description: r.description,
-                permits: r.permits,
-                metadata: r.metadata,
+                spec: SemaphoreSpec {
+                    description: r.description,
+                    permits: r.permits,
+                    metadata: r.metadata,
+                },
             })
             .await?,
         )
@@ -104,9 +106,11 @@ impl Call {
             self.write(HierOp::UpdateSemaphore {
                 namespace: r.namespace_name,
                 name: r.semaphore_name,
-                description: r.description,
-                permits: r.permits,
-                metadata: r.metadata,
+                spec: SemaphoreSpec {
+                    description: r.description,
+                    permits: r.permits,
+                    metadata: r.metadata,
+                },
                 expected_version: r.expected_version,
             })
             .await?,
