@@ -71,19 +71,9 @@ request! {
         @named barrier_name: PrimitiveName "The new barrier's name.",
         @description "Up to 1024 bytes.",
         /// Processes that must arrive, 1–1,000,000.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 1_000_000)
-        )]
-        pub expected_processes: u64,
+        pub expected_processes: u64 in 1..=1_000_000,
         /// Idle time before deletion, 60–2,592,000 s.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 60, maximum = 2_592_000)
-        )]
-        pub delete_inactive_after_seconds: u64,
+        pub delete_inactive_after_seconds: u64 in 60..=2_592_000,
         @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
     }
 }
@@ -104,19 +94,9 @@ request! {
         @named barrier_name: PrimitiveName "The barrier.",
         @description "New description.",
         /// New count, at least `arrived_processes`.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 1_000_000)
-        )]
-        pub expected_processes: u64,
+        pub expected_processes: u64 in 1..=1_000_000,
         /// New idle time before deletion, 60–2,592,000 s.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 60, maximum = 2_592_000)
-        )]
-        pub delete_inactive_after_seconds: u64,
+        pub delete_inactive_after_seconds: u64 in 60..=2_592_000,
         @metadata "New metadata.",
         @expected_version,
     }
@@ -140,9 +120,7 @@ request! {
         #[cfg_attr(feature = "openapi", schema(value_type = crate::schemas::PrimitiveName))]
         pub process_id: String,
         /// The generation the process arrives at (≥ 1).
-        #[serde(default)]
-        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-        pub expected_generation: u64,
+        pub expected_generation: u64 in 1..,
         @metadata "Participant metadata.",
     }
 }
@@ -154,9 +132,7 @@ request! {
         @namespace,
         @named barrier_name: PrimitiveName "The barrier.",
         /// The generation waited for (≥ 1).
-        #[serde(default)]
-        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-        pub expected_generation: u64,
+        pub expected_generation: u64 in 1..,
         /// Seconds to wait, 0–300 (0: answer at once).
         #[serde(default)]
         #[cfg_attr(feature = "openapi", schema(maximum = 300))]
@@ -171,9 +147,7 @@ request! {
         @namespace,
         @named barrier_name: PrimitiveName "The barrier.",
         /// The generation (≥ 1).
-        #[serde(default)]
-        #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
-        pub generation: u64,
+        pub generation: u64 in 1..,
         @page,
     }
 }

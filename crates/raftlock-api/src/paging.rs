@@ -59,6 +59,9 @@ macro_rules! list_response {
 /// - `@expected_version,`: the required version an update is based on;
 /// - `@page,`: `limit` and `pagination_token` (last, as every list request has them).
 ///
+/// And a required count with its bounds is one line under its doc: `pub counter: u64 in
+/// 1..=100,` (or `in 1..,` with no maximum): absent reads as 0, which the bounds refuse.
+///
 /// Every request refuses unknown fields and derives its schema.
 macro_rules! request {
     ($(#[$doc:meta])* $name:ident { $($body:tt)* }) => {
@@ -139,6 +142,25 @@ macro_rules! request {
             /// any other value is refused with `invalid_argument` (tokens are opaque).
             #[serde(default)]
             pub pagination_token: String,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($done:tt)*] $(#[$meta:meta])* pub $field:ident: u64 in $min:tt..=$max:tt, $($rest:tt)*) => {
+        $crate::paging::request!(@fields $head [$($done)*
+            $(#[$meta])*
+            #[serde(default)]
+            #[cfg_attr(
+                feature = "openapi",
+                schema(required = true, minimum = $min, maximum = $max)
+            )]
+            pub $field: u64,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($done:tt)*] $(#[$meta:meta])* pub $field:ident: u64 in $min:tt.., $($rest:tt)*) => {
+        $crate::paging::request!(@fields $head [$($done)*
+            $(#[$meta])*
+            #[serde(default)]
+            #[cfg_attr(feature = "openapi", schema(required = true, minimum = $min))]
+            pub $field: u64,
         ] $($rest)*);
     };
     (@fields $head:tt [$($done:tt)*] $(#[$meta:meta])* pub $field:ident: $ty:ty, $($rest:tt)*) => {

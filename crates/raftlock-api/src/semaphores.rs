@@ -72,12 +72,7 @@ request! {
         @named semaphore_name: SemaphoreName "The new semaphore's name.",
         @description "Up to 1024 bytes.",
         /// Capacity, 1–2^63-1.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-        )]
-        pub permits: u64,
+        pub permits: u64 in 1..=9223372036854775807_i64,
         @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
     }
 }
@@ -100,12 +95,7 @@ request! {
         @named semaphore_name: SemaphoreName "The semaphore.",
         @description "New description.",
         /// New capacity, at least the current `active_holds`.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-        )]
-        pub permits: u64,
+        pub permits: u64 in 1..=9223372036854775807_i64,
         @metadata "New metadata.",
         @expected_version,
     }
@@ -136,12 +126,7 @@ request! {
         @named semaphore_name: SemaphoreName "The semaphore.",
         @lease "The holding semaphore lease.",
         /// Permits to hold, 1–`permits` (a re-acquire sets the holder's weight to this).
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 9223372036854775807_i64)
-        )]
-        pub weight: u64,
+        pub weight: u64 in 1..=9223372036854775807_i64,
         /// Seconds to wait on the server in the semaphore's FIFO queue, 0–300 (0: answer at once).
         #[serde(default)]
         #[cfg_attr(feature = "openapi", schema(maximum = 300))]

@@ -93,12 +93,7 @@ request! {
         @named wait_group_name: PrimitiveName "The new wait group's name.",
         @description "Up to 1024 bytes.",
         /// Jobs to wait for, 1–100,000,000.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 100_000_000)
-        )]
-        pub counter: u64,
+        pub counter: u64 in 1..=100_000_000,
         /// Absolute deadline (ns since the epoch), at least 60 s after the time the leader
         /// applies the call (the cluster's clock): a schema cannot state a bound that moves, so
         /// a value in the past or less than a minute ahead is refused with `invalid_argument`.
@@ -106,12 +101,7 @@ request! {
         #[cfg_attr(feature = "openapi", schema(required = true))]
         pub expires_at: i64,
         /// Retention after the group finishes, 60–2,592,000 s.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 60, maximum = 2_592_000)
-        )]
-        pub delete_after_finished_seconds: u64,
+        pub delete_after_finished_seconds: u64 in 60..=2_592_000,
         @metadata "Up to 32 entries; keys 1–128 bytes, values up to 256 bytes.",
     }
 }
@@ -132,24 +122,14 @@ request! {
         @named wait_group_name: PrimitiveName "The wait group.",
         @description "New description.",
         /// New total, at least `completed_jobs` (equal completes the group).
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 1, maximum = 100_000_000)
-        )]
-        pub counter: u64,
+        pub counter: u64 in 1..=100_000_000,
         /// New deadline (ns since the epoch), after the time the leader applies the call (the
         /// cluster's clock); a past one is refused with `invalid_argument`.
         #[serde(default)]
         #[cfg_attr(feature = "openapi", schema(required = true))]
         pub expires_at: i64,
         /// New retention, 60–2,592,000 s.
-        #[serde(default)]
-        #[cfg_attr(
-            feature = "openapi",
-            schema(required = true, minimum = 60, maximum = 2_592_000)
-        )]
-        pub delete_after_finished_seconds: u64,
+        pub delete_after_finished_seconds: u64 in 60..=2_592_000,
         @metadata "New metadata.",
         @expected_version,
     }
