@@ -343,12 +343,6 @@ impl Semaphores {
         spec: &SemaphoreSpec,
         t: Nanos,
     ) -> Result<SemaphoreView> {
-        let SemaphoreSpec {
-            description,
-            permits,
-            metadata,
-        } = spec;
-        let permits = *permits;
         self.with_space(project, namespace, |space, book| {
             if space.semaphores.contains_key(name) {
                 return Err(CoreError::AlreadyExists("semaphore".into()));
@@ -358,11 +352,14 @@ impl Semaphores {
                     "namespace semaphore quota reached".into(),
                 ));
             }
-            book.charge(project, semaphore_bytes(name, description, metadata))?;
+            book.charge(
+                project,
+                semaphore_bytes(name, &spec.description, &spec.metadata),
+            )?;
             let sem = Semaphore {
-                description: description.to_string(),
-                permits,
-                metadata: metadata.clone(),
+                description: spec.description.clone(),
+                permits: spec.permits,
+                metadata: spec.metadata.clone(),
                 version: 1,
                 created_at: t,
                 updated_at: t,
@@ -388,33 +385,27 @@ impl Semaphores {
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<SemaphoreView> {
-        let SemaphoreSpec {
-            description,
-            permits,
-            metadata,
-        } = spec;
-        let permits = *permits;
         self.with_space(project, namespace, |space, book| {
             let sem = space.semaphore(name)?;
             CoreError::check_version(expected_version, sem.version)?;
             let held = sem.active();
-            if permits < held {
+            if spec.permits < held {
                 return Err(CoreError::conflict(
                     "permits",
                     format!("must be at least active_holds ({held})"),
                 ));
             }
             let old = semaphore_bytes(name, &sem.description, &sem.metadata);
-            let new = semaphore_bytes(name, description, metadata);
+            let new = semaphore_bytes(name, &spec.description, &spec.metadata);
             if new > old {
                 book.charge(project, new - old)?;
             } else {
                 book.refund(project, old - new);
             }
             let sem = space.semaphores.get_mut(name).expect("checked");
-            sem.description = description.clone();
-            sem.permits = permits;
-            sem.metadata = metadata.clone();
+            sem.description = spec.description.clone();
+            sem.permits = spec.permits;
+            sem.metadata = spec.metadata.clone();
             sem.version += 1;
             sem.updated_at = t;
             sem.drop_heavier_than_permits(name, &mut space.leases, book, project);
