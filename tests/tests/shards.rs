@@ -141,6 +141,49 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         );
     }
 
+    // `raftlock admin shard list`, asked of node 1, shows for every shard what its members
+    // report: leader, term, bytes on disk, and the ops applied in the last second — here
+    // while on-high takes locks (through node 4) and on-low only ticks.
+    cluster.lift_rate_limit("on-high").await?;
+    let writer = Locks::new(&cluster, 4, &keys[1].1);
+    let until = Instant::now() + Duration::from_millis(2500);
+    let mut written = 0u32;
+    while Instant::now() < until {
+        let held = writer
+            .acquire(&format!("rate-{written}"), &token(), 60)
+            .await?;
+        ensure!(held.status == 200, "rate lock: {:?}", held.body);
+        written += 1;
+    }
+    let listed = std::process::Command::new(raftlock_tests::binary())
+        .args([
+            "admin",
+            "shard",
+            "list",
+            "--json",
+            "--endpoints",
+            &cluster.addr(1),
+        ])
+        .args(["--platform-token", &cluster.platform])
+        .output()?;
+    let listed: Value = serde_json::from_slice(&listed.stdout)
+        .with_context(|| String::from_utf8_lossy(&listed.stderr).into_owned())?;
+    let field = |shard: u64, name: &str| listed[shard as usize][name].as_u64();
+    for shard in [low, high] {
+        assert!(field(shard, "leader").is_some(), "shard {shard}: {listed}");
+        assert!(field(shard, "term").is_some(), "shard {shard}: {listed}");
+        assert!(
+            field(shard, "bytes").unwrap_or(0) > 0,
+            "shard {shard}: {listed}"
+        );
+    }
+    let (busy, idle) = (field(high, "ops_per_second"), field(low, "ops_per_second"));
+    let floor = u64::from(written) / 10; // a quarter of the mean rate of 2.5 s of writes
+    assert!(
+        busy.unwrap_or(0) >= floor.max(5) && busy > idle,
+        "{written} writes in 2.5 s; rates {busy:?} (busy) vs {idle:?} (idle): {listed}"
+    );
+
     // The hierarchical API through a node outside the project's shard.
     let rpc = Locks::new(&cluster, 1, &keys[1].1);
     let ns = rpc
@@ -221,7 +264,7 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
     )
     .await?;
     assert!(after.fencing() > *fencing, "tokens keep rising");
-    let expected = per_node + 1.0;
+    let expected = per_node + 1.0 + f64::from(written); // and the rate test's locks
     eventually(
         Duration::from_secs(10),
         "the restarted replica catches up",

@@ -192,14 +192,15 @@ pub struct ClusterHealth {
 }
 
 /// Every member's `GET /admin/v1/shards` answer merged into one list: members and projects
-/// from the first list, leader and term from the member hosting each group with the highest
-/// term (a node answers those only for the groups it hosts a replica of).
+/// from the first list; leader, term, bytes and rate from the member hosting each group with
+/// the highest term (a node answers those only for the groups it hosts a replica of).
 pub fn merge_shard_lists(lists: &[Vec<Shard>]) -> Vec<Shard> {
     let mut merged: Vec<Shard> = lists.first().cloned().unwrap_or_default();
     for shard in &mut merged {
         let seen = lists.iter().flatten().filter(|s| s.id == shard.id);
         if let Some(best) = seen.filter(|s| s.term.is_some()).max_by_key(|s| s.term) {
             (shard.leader, shard.term) = (best.leader, best.term);
+            (shard.bytes, shard.ops_per_second) = (best.bytes, best.ops_per_second);
         }
     }
     merged
@@ -272,6 +273,14 @@ pub struct Shard {
     /// The group's current term on the answering node (absent: it hosts no replica).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term: Option<u64>,
+    /// Bytes its replica on the answering node keeps on disk: snapshot and write-ahead log
+    /// (absent: it hosts no replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Ops (lock calls and other writes) the group applied in the last second, as its
+    /// replica on the answering node counted them (absent: it hosts no replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_second: Option<u64>,
 }
 
 /// Answer of `GET /admin/v1/shards`.

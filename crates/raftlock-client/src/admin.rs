@@ -212,8 +212,16 @@ impl Client {
         })
     }
 
+    /// The meta group and every data shard with what its members report — leader, term,
+    /// bytes on disk and ops/s (`raftlock admin shard list`): `GET /admin/v1/shards` of every
+    /// member, merged. [`Client::list_shards`] answers with one node's view only.
+    pub async fn shard_status(&self) -> Result<Vec<Shard>> {
+        let members = self.cluster_view().await?.members;
+        Ok(self.merged_shards(&members).await)
+    }
+
     /// Every member's list of shards, merged: members and projects from the first answer,
-    /// leader and term from the member hosting each group with the highest term.
+    /// leader, term, bytes and rate from the member hosting each group with the highest term.
     async fn merged_shards(&self, members: &[Member]) -> Vec<Shard> {
         let asks = members.iter().map(|m| async move {
             let url = self.url_of(&m.addr);

@@ -84,19 +84,30 @@ impl SnapshotBody {
 
 /// The time this node spent applying committed entries, in total since it started: what the
 /// entries after a snapshot cost to apply is about what replaying them costs at a restart, so
-/// the compactor snapshots before that grows past its budget (`--snapshot-replay-ms`).
+/// the compactor snapshots before that grows past its budget (`--snapshot-replay-ms`). And
+/// the ops those entries carried, from which the group's write rate is told.
 #[derive(Debug, Default)]
-pub struct ApplyTime(AtomicU64);
+pub struct ApplyTime {
+    nanos: AtomicU64,
+    ops: AtomicU64,
+}
 
 impl ApplyTime {
-    fn add(&self, took: Duration) {
+    fn add(&self, took: Duration, ops: usize) {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(nanos, Ordering::Relaxed);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.ops.fetch_add(ops as u64, Ordering::Relaxed);
     }
 
     /// The total so far.
     pub fn total(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+
+    /// Ops applied so far (each op of a batched entry counts; a blank or membership entry
+    /// carries none).
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed)
     }
 }
 
@@ -398,11 +409,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let started = std::time::Instant::now();
-        let (replies, last_applied, resolved, applying) = {
+        let (replies, last_applied, resolved, applying, ops) = {
             let mut state = self.shared.state.write().unwrap_or_else(|p| p.into_inner());
             // What a replay would cost: the applying, not the wait for the lock.
             let applying = Instant::now();
             let mut replies = Vec::new();
+            let mut ops = 0;
             for entry in entries {
                 let reply = match &entry.payload {
                     EntryPayload::Normal(cmd) => state.machine.apply(cmd),
@@ -414,15 +426,22 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 };
                 state.last_applied = Some(entry.log_id);
+                ops += reply.len();
                 replies.push(reply);
             }
             let resolved = state.machine.take_resolved_waiters();
-            (replies, state.last_applied, resolved, applying.elapsed())
+            (
+                replies,
+                state.last_applied,
+                resolved,
+                applying.elapsed(),
+                ops,
+            )
         };
         // The state was write-locked this long: linearizable reads waited as much.
         metrics::histogram!("raftlock_apply_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-        self.shared.apply_time.add(applying);
+        self.shared.apply_time.add(applying, ops);
         self.shared.publish_applied(last_applied.as_ref());
         self.shared.waiters.resolved(&resolved);
         Ok(replies)

@@ -8,8 +8,9 @@
 //! [`crate::node::Node`].
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use raftlock_core::machine::StateMachine;
@@ -51,8 +52,11 @@ pub struct Group {
     pub waiters: Arc<raftlock_raft::WaiterBoard>,
     /// The group's data directory (log, vote, snapshot).
     dir: PathBuf,
-    /// Time spent applying entries, which the compactor keeps within the replay budget.
+    /// Time spent applying entries, which the compactor keeps within the replay budget, and
+    /// the ops applied, which the rate meter turns into a write rate.
     apply_time: Arc<raftlock_raft::ApplyTime>,
+    /// Ops this replica applied in the last whole second ([`Group::spawn_rate_meter`]).
+    ops_per_second: AtomicU64,
     /// True once the node is stopping: the group never campaigns again.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -117,6 +121,7 @@ impl Group {
             waiters,
             dir,
             apply_time,
+            ops_per_second: AtomicU64::new(0),
             stopping,
         })
     }
@@ -237,6 +242,47 @@ impl Group {
             .machine
             .query_time(self.clock.estimate(guard.machine.time()));
         read(&guard.machine, now)
+    }
+
+    /// Once a second, how many ops this replica applied in that second: the group's write
+    /// rate as `GET /admin/v1/shards` shows it (every replica applies what the leader commits,
+    /// so any member's figure is the group's).
+    pub fn spawn_rate_meter(self: &Arc<Self>) {
+        let node = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last = (Instant::now(), node.apply_time.ops());
+            loop {
+                interval.tick().await;
+                if node.is_stopping() {
+                    return;
+                }
+                let now = (Instant::now(), node.apply_time.ops());
+                let seconds = now.0.duration_since(last.0).as_secs_f64().max(0.001);
+                let rate = (now.1.saturating_sub(last.1) as f64 / seconds).round() as u64;
+                node.ops_per_second.store(rate, Ordering::Relaxed);
+                last = now;
+            }
+        });
+    }
+
+    /// Ops applied per second, as last measured ([`Group::spawn_rate_meter`]).
+    pub fn ops_per_second(&self) -> u64 {
+        self.ops_per_second.load(Ordering::Relaxed)
+    }
+
+    /// Bytes this replica keeps on disk: its snapshot and its write-ahead log (the files of
+    /// the group's directory).
+    pub fn disk_bytes(&self) -> u64 {
+        let Ok(files) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        (files.flatten())
+            .filter_map(|f| f.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum()
     }
 
     /// The snapshot policy (openraft's own is off): once a second, [`snapshot_due`] weighs

@@ -122,6 +122,7 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     node.bootstrap().await?;
     node.meta.spawn_ticker(node.config.tick);
     (node.meta).spawn_compactor(node.config.snapshot_policy());
+    (node.meta).spawn_rate_meter();
     shards::spawn_keeper(node.clone());
     balance::spawn(node.clone());
     shutdown_signal().await;

@@ -85,6 +85,7 @@ async fn start(node: &SharedNode, id: GroupId, members: &BTreeSet<u64>) -> anyho
     crate::election::spawn(node.clone(), group.clone(), node.election_timing);
     group.spawn_ticker(node.config.tick);
     group.spawn_compactor(node.config.snapshot_policy());
+    group.spawn_rate_meter();
     tracing::info!(shard = id, ?members, "shard replica started");
     let lowest = members.first().copied();
     if lowest == Some(node.config.node_id) && !group.raft.is_initialized().await? {

@@ -157,7 +157,7 @@ fn shard_table(shards: &[raftlock_client::admin::Shard]) -> String {
     format!("\n\n{}", shard_rows(shards))
 }
 
-/// Shards as a table: id, members, leader, term, projects.
+/// Shards as a table: id, members, leader, term, projects, bytes on disk, ops/s.
 fn shard_rows(shards: &[raftlock_client::admin::Shard]) -> String {
     let known = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let rows: Vec<Vec<String>> = (shards.iter())
@@ -169,10 +169,15 @@ fn shard_rows(shards: &[raftlock_client::admin::Shard]) -> String {
                 known(s.leader),
                 known(s.term),
                 s.projects.len().to_string(),
+                known(s.bytes),
+                known(s.ops_per_second),
             ]
         })
         .collect();
-    table(&["SHARD", "MEMBERS", "LEADER", "TERM", "PROJECTS"], &rows)
+    let head = [
+        "SHARD", "MEMBERS", "LEADER", "TERM", "PROJECTS", "BYTES", "OPS/S",
+    ];
+    table(&head, &rows)
 }
 
 fn kind_name(k: KeyKind) -> &'static str {
@@ -209,7 +214,7 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
             });
         }
         AdminCmd::Shard(ShardCmd::List) => {
-            let shards = client.list_shards().await?;
+            let shards = client.shard_status().await?;
             conn.emit(&shards, || shard_rows(&shards));
         }
         AdminCmd::Project(ProjectCmd::List) => {

@@ -170,13 +170,22 @@ async fn shard_view(node: &Node, id: u32) -> Shard {
         raftlock_raft::META_GROUP => node.meta.voters(),
         _ => members,
     };
-    let (leader, term) = match node.group(id) {
+    let (leader, term, bytes, ops_per_second) = match node.group(id) {
         Some(group) => {
-            let m = group.raft.metrics();
-            let m = m.borrow();
-            (m.current_leader, Some(m.current_term))
+            let (leader, term) = {
+                let m = group.raft.metrics();
+                let m = m.borrow();
+                (m.current_leader, m.current_term)
+            };
+            let bytes = group.disk_bytes();
+            (
+                leader,
+                Some(term),
+                Some(bytes),
+                Some(group.ops_per_second()),
+            )
         }
-        None => (None, None),
+        None => (None, None, None, None),
     };
     Shard {
         id,
@@ -185,6 +194,8 @@ async fn shard_view(node: &Node, id: u32) -> Shard {
         projects,
         leader,
         term,
+        bytes,
+        ops_per_second,
     }
 }
 
