@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::barriers::{Arrival, Barriers};
 use crate::command::{Command, HierOp, LockAction, Op, Outcome, Reply};
 use crate::error::CoreError;
-use crate::hierarchy::{Hierarchy, Quotas};
+use crate::hierarchy::{Hierarchy, QueuedAcquire, Quotas};
 use crate::project_locks::{LockRead, ProjectLocks};
 use crate::request_ids::{RequestIds, Seen};
 use crate::semaphores::{AcquireArgs, Semaphores};
@@ -386,11 +386,15 @@ impl StateMachine {
                 lease_id,
                 exclusive,
                 waiter_id,
-            } => h
-                .cancel_wait(
-                    project, namespace, lock_name, lease_id, *exclusive, waiter_id, t,
-                )
-                .map(Reply::Acquire),
+            } => {
+                let queued = QueuedAcquire {
+                    name: lock_name,
+                    lease_id,
+                    asked: *exclusive,
+                    waiter_id,
+                };
+                (h.cancel_wait(project, namespace, queued, t)).map(Reply::Acquire)
+            }
             HierOp::ReleaseLock {
                 namespace,
                 lock_name,
@@ -469,9 +473,15 @@ impl StateMachine {
                 weight,
                 waiter_id,
                 ..
-            } => s
-                .cancel_wait(project, ns, name, lease_id, *weight, waiter_id, t)
-                .map(Reply::SemaphoreAcquire),
+            } => {
+                let queued = QueuedAcquire {
+                    name,
+                    lease_id,
+                    asked: *weight,
+                    waiter_id,
+                };
+                (s.cancel_wait(project, ns, queued, t)).map(Reply::SemaphoreAcquire)
+            }
             HierOp::ReleaseSemaphore { name, lease_id, .. } => s
                 .release(project, ns, name, lease_id, t)
                 .map(Reply::Semaphore),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use common::{hier, T0};
 use proptest::prelude::*;
 use raftlock_core::command::HierOp;
-use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec};
+use raftlock_core::hierarchy::{AcquireOutcome, QueuedAcquire, WaitSpec};
 use raftlock_core::semaphores::{
     SemAcquireReply, SemaphoreSpec, SemaphoreView, MAX_HOLDERS_PER_SEMAPHORE,
 };
@@ -297,7 +297,9 @@ fn the_queue_is_fifo_and_nobody_overtakes_its_head() {
     assert_eq!(w.holders("s"), vec![("c".into(), 4), ("d".into(), 1)]);
     assert_eq!(w.resolved(), ["wc", "wd"]);
     let s = w.sm.semaphores_in("p", NS).unwrap();
-    let state = s.waiter_state("p", NS, "s", "c", 4, "wc", w.t).unwrap();
+    let state = s
+        .waiter_state("p", NS, queued("s", "c", 4, "wc"), w.t)
+        .unwrap();
     assert_eq!(state.0, raftlock_core::hierarchy::WaitState::Granted);
     // The cancel of a granted wait answers ACQUIRED with the hold's token.
     let cancel = w.ok(hier(HierOp::CancelSemaphoreWait {
@@ -513,7 +515,7 @@ fn two_queued_calls_of_one_lease_are_both_acquired_and_the_hold_never_shrinks() 
     let s = w.sm.semaphores_in("p", NS).unwrap();
     for (weight, id) in [(4, "big"), (1, "small")] {
         let state = s
-            .waiter_state("p", NS, "s", "l", weight, id, w.t)
+            .waiter_state("p", NS, queued("s", "l", weight, id), w.t)
             .unwrap()
             .0;
         assert_eq!(state, raftlock_core::hierarchy::WaitState::Granted, "{id}");
@@ -731,5 +733,15 @@ proptest! {
     #[test]
     fn replicas_and_snapshots_agree(steps in steps(), cut in any::<prop::sample::Index>()) {
         common::replicas_and_snapshots_agree(&steps, cut, run)?;
+    }
+}
+
+/// The queued acquire of semaphore `name` under `lease`, of `weight`, with waiter id `id`.
+fn queued<'a>(name: &'a str, lease: &'a str, weight: u64, id: &'a str) -> QueuedAcquire<'a, u64> {
+    QueuedAcquire {
+        name,
+        lease_id: lease,
+        asked: weight,
+        waiter_id: id,
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use raftlock_core::hierarchy::{
-    AcquireOutcome, AcquireReply, Hierarchy, LockState, WaitSpec, WaitState,
+    AcquireOutcome, AcquireReply, Hierarchy, LockState, QueuedAcquire, WaitSpec, WaitState,
 };
 use raftlock_core::{CoreError, Nanos, SECOND};
 
@@ -47,8 +47,19 @@ fn acq(
     r
 }
 
+/// The queued acquire of `name` under `lease`, exclusive or not, with waiter id `id`.
+fn queued<'a>(name: &'a str, lease: &'a str, x: bool, id: &'a str) -> QueuedAcquire<'a, bool> {
+    QueuedAcquire {
+        name,
+        lease_id: lease,
+        asked: x,
+        waiter_id: id,
+    }
+}
+
 fn state(h: &Hierarchy, lease: &str, name: &str, x: bool, id: &str, t: Nanos) -> WaitState {
-    h.waiter_state(P, NS, name, lease, x, id, t).unwrap()
+    h.waiter_state(P, NS, queued(name, lease, x, id), t)
+        .unwrap()
 }
 
 #[test]
@@ -124,13 +135,17 @@ fn cancel_reports_a_grant_that_already_happened_and_otherwise_times_out() {
     acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
     acq(&mut h, "c", "x", true, s(1), Some(&wait("wc", s(100))));
     h.release(P, NS, "x", "a", s(2)).unwrap();
-    let granted = h.cancel_wait(P, NS, "x", "b", true, "wb", s(3)).unwrap();
+    let granted = h
+        .cancel_wait(P, NS, queued("x", "b", true, "wb"), s(3))
+        .unwrap();
     assert_eq!(
         granted.outcome,
         AcquireOutcome::Acquired,
         "granted before the cancel arrived"
     );
-    let timed_out = h.cancel_wait(P, NS, "x", "c", true, "wc", s(3)).unwrap();
+    let timed_out = h
+        .cancel_wait(P, NS, queued("x", "c", true, "wc"), s(3))
+        .unwrap();
     assert_eq!(timed_out.outcome, AcquireOutcome::TimedOut);
     h.release(P, NS, "x", "b", s(4)).unwrap();
     assert_eq!(
@@ -169,7 +184,7 @@ fn a_waiter_whose_lease_ends_leaves_the_queue_and_the_next_one_is_served() {
     h.reap(s(5));
     h.check_invariants().unwrap();
     assert_eq!(
-        h.waiter_state(P, NS, "x", "short", true, "ws", s(5)),
+        h.waiter_state(P, NS, queued("x", "short", true, "ws"), s(5)),
         Err(CoreError::NotFound("lease".into()))
     );
     h.revoke_lease(P, NS, "holder", s(6)).unwrap();
@@ -241,7 +256,7 @@ fn deleting_the_namespace_ends_every_wait_with_not_found() {
     acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
     h.delete_namespace(P, NS).unwrap();
     assert_eq!(
-        h.waiter_state(P, NS, "x", "b", true, "wb", s(2)),
+        h.waiter_state(P, NS, queued("x", "b", true, "wb"), s(2)),
         Err(CoreError::NotFound("namespace".into()))
     );
     h.reap(s(200));
@@ -292,11 +307,13 @@ fn a_cancel_touches_only_the_callers_own_waiter_and_a_refused_one_changes_nothin
     acq(&mut h, "b", "x", true, s(1), Some(&wait("wb", s(100))));
     let before = h.clone();
     // Another lease naming b's waiter id, and an unknown lease: neither removes it.
-    let other = h.cancel_wait(P, NS, "x", "c", true, "wb", s(2)).unwrap();
+    let other = h
+        .cancel_wait(P, NS, queued("x", "c", true, "wb"), s(2))
+        .unwrap();
     assert_eq!(other.outcome, AcquireOutcome::TimedOut);
     assert_eq!(state(&h, "b", "x", true, "wb", s(2)), WaitState::Queued);
     assert_eq!(
-        h.cancel_wait(P, NS, "x", "nope", true, "wb", s(2)),
+        h.cancel_wait(P, NS, queued("x", "nope", true, "wb"), s(2)),
         Err(CoreError::NotFound("lease".into()))
     );
     assert_eq!(h, before, "nothing changed");

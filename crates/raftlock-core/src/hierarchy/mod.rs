@@ -46,7 +46,7 @@ use namespace::{ancestors, bump, Change, Counts, Lease, LockRecord, Namespace};
 pub use v2::HierarchyV2;
 pub use views::{
     AcquireOutcome, AcquireReply, ContentionReason, HolderView, LeaseView, LockState, LockView,
-    NamespaceView, Quotas, WaitSpec, WaitState,
+    NamespaceView, QueuedAcquire, Quotas, WaitSpec, WaitState,
 };
 use waiters::waiter_bytes;
 pub use waiters::{
@@ -550,17 +550,19 @@ impl Hierarchy {
     /// Ends a queued acquire (its call reached its deadline or went away). Answers ACQUIRED
     /// when the waiter had already been granted, TIMED_OUT (with current diagnostics) when it
     /// is removed ungranted, so a call never reports TIMED_OUT for a lock it was given.
-    #[allow(clippy::too_many_arguments)]
     pub fn cancel_wait(
         &mut self,
         project: &str,
         namespace: &str,
-        lock_name: &str,
-        lease_id: &str,
-        exclusive: bool,
-        waiter_id: &str,
+        queued: QueuedAcquire<'_, bool>,
         t: Nanos,
     ) -> Result<AcquireReply> {
+        let QueuedAcquire {
+            name: lock_name,
+            lease_id,
+            asked: exclusive,
+            waiter_id,
+        } = queued;
         validate::simple_name("namespace_name", namespace)?;
         validate::lock_name(lock_name)?;
         self.with_ns(project, namespace, |ns| {

@@ -69,17 +69,19 @@ impl Hierarchy {
     }
 
     /// Where a queued acquire stands, judged on the applied state at `now`.
-    #[allow(clippy::too_many_arguments)]
     pub fn waiter_state(
         &self,
         project: &str,
         namespace: &str,
-        lock_name: &str,
-        lease_id: &str,
-        exclusive: bool,
-        waiter_id: &str,
+        queued: QueuedAcquire<'_, bool>,
         now: Nanos,
     ) -> Result<WaitState> {
+        let QueuedAcquire {
+            name: lock_name,
+            lease_id,
+            asked: exclusive,
+            waiter_id,
+        } = queued;
         let ns = self.ns(project, namespace)?;
         if !ns.lease_live(lease_id, now) {
             return Err(lease_not_found());

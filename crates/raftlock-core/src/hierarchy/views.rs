@@ -38,6 +38,17 @@ pub struct WaitSpec {
     pub deadline: Nanos,
 }
 
+/// A queued acquire as the call that queued it names it — when it asks where its waiter
+/// stands, or gives up waiting: the lock or semaphore, the lease it waits under, what it
+/// asked for (`exclusive` for a lock, the `weight` for a semaphore) and its waiter id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedAcquire<'a, Asked> {
+    pub name: &'a str,
+    pub lease_id: &'a str,
+    pub asked: Asked,
+    pub waiter_id: &'a str,
+}
+
 /// Where a queued acquire stands (see [`Hierarchy::waiter_state`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitState {

@@ -36,7 +36,7 @@ pub use raftlock_api::semaphores::{
 
 use crate::budget::{self, ByteBudget, Scratch};
 use crate::error::CoreError;
-use crate::hierarchy::{AcquireOutcome, LeaseView, WaitSpec, WaitState};
+use crate::hierarchy::{AcquireOutcome, LeaseView, QueuedAcquire, WaitSpec, WaitState};
 use crate::paging::list_page;
 use crate::{Nanos, SECOND};
 use record::{holder_bytes, semaphore_bytes, waiter_bytes, SemLease, Semaphore, Waiter};
@@ -606,17 +606,19 @@ impl Semaphores {
 
     /// Ends a queued acquire: ACQUIRED if it was granted meanwhile (the lease holds at least
     /// `weight`), else TIMED_OUT.
-    #[allow(clippy::too_many_arguments)]
     pub fn cancel_wait(
         &mut self,
         project: &str,
         namespace: &str,
-        name: &str,
-        lease_id: &str,
-        weight: u64,
-        waiter_id: &str,
+        queued: QueuedAcquire<'_, u64>,
         t: Nanos,
     ) -> Result<SemAcquireReply> {
+        let QueuedAcquire {
+            name,
+            lease_id,
+            asked: weight,
+            waiter_id,
+        } = queued;
         let outcome = self.with_space(project, namespace, |space, book| {
             let (sem, leases) = space.semaphore_and_leases(name, lease_id, t)?;
             if sem

@@ -92,17 +92,19 @@ impl Semaphores {
 
     /// Where a queued acquire stands at `now`: queued, granted (the lease holds at least
     /// `weight`; with the hold's fencing token) or dropped.
-    #[allow(clippy::too_many_arguments)]
     pub fn waiter_state(
         &self,
         project: &str,
         namespace: &str,
-        name: &str,
-        lease_id: &str,
-        weight: u64,
-        waiter_id: &str,
+        queued: QueuedAcquire<'_, u64>,
         now: Nanos,
     ) -> Result<(WaitState, u64)> {
+        let QueuedAcquire {
+            name,
+            lease_id,
+            asked: weight,
+            waiter_id,
+        } = queued;
         let space = self
             .space(project, namespace)
             .ok_or_else(semaphore_not_found)?;

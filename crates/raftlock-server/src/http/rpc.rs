@@ -23,7 +23,7 @@ use raftlock_api::hierarchy::{
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{
-    AcquireOutcome, AcquireReply, ContentionReason, WaitSpec, WaitState,
+    AcquireOutcome, AcquireReply, ContentionReason, QueuedAcquire, WaitSpec, WaitState,
 };
 use raftlock_core::{validate, CoreError, Reply, StateMachine};
 use rand::distributions::{Alphanumeric, DistString};
@@ -472,15 +472,13 @@ impl Call {
         let project = self.project.as_str();
         self.follow_waiter(waiter_id, deadline, |sm, now| {
             let h = sm.hierarchy();
-            let state = h.waiter_state(
-                project,
-                &r.namespace_name,
-                &r.lock_name,
-                &r.lease_id,
-                r.exclusive,
+            let queued = QueuedAcquire {
+                name: &r.lock_name,
+                lease_id: &r.lease_id,
+                asked: r.exclusive,
                 waiter_id,
-                now,
-            )?;
+            };
+            let state = h.waiter_state(project, &r.namespace_name, queued, now)?;
             Ok(match state {
                 WaitState::Queued => Look::Queued,
                 WaitState::Dropped => Look::Dropped,

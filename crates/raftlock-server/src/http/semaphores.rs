@@ -16,7 +16,7 @@ use raftlock_api::semaphores::{
 };
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
-use raftlock_core::hierarchy::{AcquireOutcome, WaitSpec, WaitState};
+use raftlock_core::hierarchy::{AcquireOutcome, QueuedAcquire, WaitSpec, WaitState};
 use raftlock_core::semaphores::{self, SemaphoreSpec, Semaphores};
 use raftlock_core::{validate, CoreError, Reply};
 
@@ -330,8 +330,13 @@ impl Call {
         let name = r.semaphore_name.as_str();
         self.follow_waiter(waiter_id, until, |sm, now| {
             let s = sm.semaphores_in(project, ns)?;
-            let (state, fencing_token) =
-                s.waiter_state(project, ns, name, &r.lease_id, r.weight, waiter_id, now)?;
+            let queued = QueuedAcquire {
+                name,
+                lease_id: &r.lease_id,
+                asked: r.weight,
+                waiter_id,
+            };
+            let (state, fencing_token) = s.waiter_state(project, ns, queued, now)?;
             Ok(match state {
                 WaitState::Queued => Look::Queued,
                 WaitState::Dropped => Look::Dropped,
