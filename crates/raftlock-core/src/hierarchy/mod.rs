@@ -557,37 +557,31 @@ impl Hierarchy {
         queued: QueuedAcquire<'_, bool>,
         t: Nanos,
     ) -> Result<AcquireReply> {
-        let QueuedAcquire {
-            name: lock_name,
-            lease_id,
-            asked: exclusive,
-            waiter_id,
-        } = queued;
         validate::simple_name("namespace_name", namespace)?;
-        validate::lock_name(lock_name)?;
+        validate::lock_name(queued.name)?;
         self.with_ns(project, namespace, |ns| {
             // Refuse before touching anything: a refused command changes nothing. (An expired
             // lease's waiters already left with it.)
-            if !ns.lease_live(lease_id, t) {
+            if !ns.lease_live(queued.lease_id, t) {
                 return Err(lease_not_found());
             }
             // Only the caller's own waiter may be cancelled, whatever id it names.
-            let owned = ns.waiters.get(lock_name).is_some_and(|q| {
+            let owned = ns.waiters.get(queued.name).is_some_and(|q| {
                 q.iter()
-                    .any(|w| w.id == waiter_id && w.lease_id == lease_id)
+                    .any(|w| w.id == queued.waiter_id && w.lease_id == queued.lease_id)
             });
-            if owned && ns.remove_waiter(lock_name, waiter_id) {
-                ns.pump(lock_name, t);
+            if owned && ns.remove_waiter(queued.name, queued.waiter_id) {
+                ns.pump(queued.name, t);
             }
-            if ns.holds_mode(lease_id, lock_name, exclusive) {
+            if ns.holds_mode(queued.lease_id, queued.name, queued.asked) {
                 return Ok(AcquireReply {
-                    lock: ns.lock_view(lock_name, t),
+                    lock: ns.lock_view(queued.name, t),
                     outcome: AcquireOutcome::Acquired,
                     reason: ContentionReason::Unspecified,
                     blocking_locks: vec![],
                 });
             }
-            let mut reply = ns.unavailable(lease_id, lock_name, exclusive, t);
+            let mut reply = ns.unavailable(queued.lease_id, queued.name, queued.asked, t);
             reply.outcome = AcquireOutcome::TimedOut;
             Ok(reply)
         })

@@ -76,20 +76,14 @@ impl Hierarchy {
         queued: QueuedAcquire<'_, bool>,
         now: Nanos,
     ) -> Result<WaitState> {
-        let QueuedAcquire {
-            name: lock_name,
-            lease_id,
-            asked: exclusive,
-            waiter_id,
-        } = queued;
         let ns = self.ns(project, namespace)?;
-        if !ns.lease_live(lease_id, now) {
+        if !ns.lease_live(queued.lease_id, now) {
             return Err(lease_not_found());
         }
-        if ns.is_queued(lock_name, waiter_id) {
+        if ns.is_queued(queued.name, queued.waiter_id) {
             return Ok(WaitState::Queued);
         }
-        if ns.holds_mode(lease_id, lock_name, exclusive) {
+        if ns.holds_mode(queued.lease_id, queued.name, queued.asked) {
             return Ok(WaitState::Granted);
         }
         Ok(WaitState::Dropped)

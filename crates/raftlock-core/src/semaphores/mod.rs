@@ -613,27 +613,21 @@ impl Semaphores {
         queued: QueuedAcquire<'_, u64>,
         t: Nanos,
     ) -> Result<SemAcquireReply> {
-        let QueuedAcquire {
-            name,
-            lease_id,
-            asked: weight,
-            waiter_id,
-        } = queued;
         let outcome = self.with_space(project, namespace, |space, book| {
-            let (sem, leases) = space.semaphore_and_leases(name, lease_id, t)?;
+            let (sem, leases) = space.semaphore_and_leases(queued.name, queued.lease_id, t)?;
             if sem
-                .dequeue(name, leases, waiter_id, book, project)
+                .dequeue(queued.name, leases, queued.waiter_id, book, project)
                 .is_some()
             {
-                sem.pump(name, leases, book, project, t);
+                sem.pump(queued.name, leases, book, project, t);
                 return Ok((AcquireOutcome::TimedOut, 0));
             }
-            Ok(match sem.holders.get(lease_id) {
-                Some(h) if h.weight >= weight => (AcquireOutcome::Acquired, h.fencing_token),
+            Ok(match sem.holders.get(queued.lease_id) {
+                Some(h) if h.weight >= queued.asked => (AcquireOutcome::Acquired, h.fencing_token),
                 _ => (AcquireOutcome::TimedOut, 0),
             })
         })?;
-        self.acquire_reply(project, namespace, name, outcome, t)
+        self.acquire_reply(project, namespace, queued.name, outcome, t)
     }
 
     /// Ends `lease_id`'s hold (a lease that holds nothing changes nothing).

@@ -99,22 +99,16 @@ impl Semaphores {
         queued: QueuedAcquire<'_, u64>,
         now: Nanos,
     ) -> Result<(WaitState, u64)> {
-        let QueuedAcquire {
-            name,
-            lease_id,
-            asked: weight,
-            waiter_id,
-        } = queued;
         let space = self
             .space(project, namespace)
             .ok_or_else(semaphore_not_found)?;
-        let sem = space.semaphore(name)?;
-        space.live_lease(lease_id, now)?;
-        if sem.is_queued(waiter_id) {
+        let sem = space.semaphore(queued.name)?;
+        space.live_lease(queued.lease_id, now)?;
+        if sem.is_queued(queued.waiter_id) {
             return Ok((WaitState::Queued, 0));
         }
-        Ok(match sem.holders.get(lease_id) {
-            Some(h) if h.weight >= weight => (WaitState::Granted, h.fencing_token),
+        Ok(match sem.holders.get(queued.lease_id) {
+            Some(h) if h.weight >= queued.asked => (WaitState::Granted, h.fencing_token),
             _ => (WaitState::Dropped, 0),
         })
     }
