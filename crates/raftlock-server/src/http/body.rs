@@ -242,6 +242,17 @@ mod tests {
         }
     }
 
+    /// A large integral float is read exactly: serde_json's default float parsing may be one
+    /// unit in the last place off (`3636553719257210.0` read as `…209.5`, found by
+    /// schemathesis), which made it look fractional and refused a valid request; the
+    /// workspace enables its `float_roundtrip` parsing.
+    #[test]
+    fn large_integral_floats_are_read_exactly() {
+        let body = br#"{"ttl_seconds":3636553719257210.0}"#;
+        let ttl = json::<Ttl>(body, Dialect::Locks).unwrap();
+        assert_eq!(ttl.ttl_seconds, 3_636_553_719_257_210);
+    }
+
     #[derive(serde::Deserialize, Debug, Default)]
     struct Page {
         #[serde(default)]
