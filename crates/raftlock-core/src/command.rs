@@ -121,6 +121,21 @@ pub enum LockAction {
     ForceRelease,
 }
 
+impl LockAction {
+    /// The checks of this call on `key` that need no state (the key, the TTL). The server runs
+    /// them before proposing and apply runs them again, first: the lock table itself trusts
+    /// what it is given.
+    pub fn validate(&self, key: &str) -> Result<(), CoreError> {
+        v::lock_key(key)?;
+        match self {
+            LockAction::Acquire { ttl_seconds, .. } | LockAction::Renew { ttl_seconds, .. } => {
+                v::lock_ttl(*ttl_seconds)
+            }
+            LockAction::Release { .. } | LockAction::ForceRelease => Ok(()),
+        }
+    }
+}
+
 /// hierarchical calls that change state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HierOp {

@@ -282,6 +282,7 @@ impl StateMachine {
     }
 
     fn apply_lock(&mut self, project: &str, key: &str, action: &LockAction, t: Nanos) -> Outcome {
+        action.validate(key)?;
         let locks = &mut self.project_locks;
         let lease = |(expires_at, fencing_token)| Reply::Lease {
             expires_at,
@@ -677,6 +678,30 @@ mod tests {
             key: "k".into(),
             action,
         }
+    }
+
+    #[test]
+    fn a_lock_call_of_the_wrong_shape_is_refused_by_apply_and_changes_nothing() {
+        let mut sm = StateMachine::default();
+        let before = sm.clone();
+        let bad_key = Op::ProjectLock {
+            project: "p".into(),
+            key: "bad key".into(),
+            action: LockAction::Acquire {
+                token: 1,
+                ttl_seconds: 10,
+            },
+        };
+        let short_ttl = lock(LockAction::Renew {
+            token: 1,
+            ttl_seconds: 4,
+        });
+        let out = sm.apply(&cmd(T0, vec![bad_key, short_ttl]));
+        for o in &out {
+            assert!(matches!(o, Err(CoreError::Invalid { .. })), "{o:?}");
+        }
+        assert_eq!(sm.project_locks, before.project_locks);
+        assert_eq!(sm.summary(), before.summary());
     }
 
     #[test]

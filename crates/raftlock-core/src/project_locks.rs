@@ -543,8 +543,6 @@ impl ProjectLocks {
         ttl_seconds: u64,
         t: Nanos,
     ) -> Result<(Nanos, u64)> {
-        validate::lock_key(key)?;
-        validate::lock_ttl(ttl_seconds)?;
         let ttl = ttl_seconds as Nanos * SECOND;
         match self.get(project, key) {
             Some(cur) if !cur.takeover_eligible(t) => {
@@ -609,8 +607,6 @@ impl ProjectLocks {
         ttl_seconds: u64,
         t: Nanos,
     ) -> Result<(Nanos, u64)> {
-        validate::lock_key(key)?;
-        validate::lock_ttl(ttl_seconds)?;
         let ttl = ttl_seconds as Nanos * SECOND;
         match self.get(project, key) {
             Some(cur) if cur.token == Token::from(token) && t < cur.expires_at => {
@@ -624,7 +620,6 @@ impl ProjectLocks {
     /// project-lock release: the owner deletes its lease; an absent (or takeover-eligible) lock is
     /// already released; anyone else gets `lock_ownership_lost` and changes nothing.
     pub fn release(&mut self, project: &str, key: &str, token: u128, t: Nanos) -> Result<()> {
-        validate::lock_key(key)?;
         match self.get(project, key) {
             None => Ok(()),
             Some(cur) if cur.token == Token::from(token) || cur.takeover_eligible(t) => {
@@ -637,14 +632,12 @@ impl ProjectLocks {
 
     /// project-lock force release: drops whatever lease exists.
     pub fn force_release(&mut self, project: &str, key: &str) -> Result<()> {
-        validate::lock_key(key)?;
         self.remove(project, key);
         Ok(())
     }
 
     /// project-lock read: held while `t < expires_at + 1 s`, so `Free` means an acquire would succeed.
     pub fn read(&self, project: &str, key: &str, t: Nanos) -> Result<LockRead> {
-        validate::lock_key(key)?;
         Ok(match self.get(project, key) {
             Some(l) if !l.takeover_eligible(t) => LockRead::Held {
                 expires_at: l.expires_at,
@@ -954,20 +947,5 @@ mod tests {
         assert_eq!(l.reap(s(6)), 1);
         assert_eq!(l.len(), 1);
         assert_eq!(l.live_count(s(6)), 1);
-    }
-
-    #[test]
-    fn invalid_input_changes_nothing() {
-        let mut l = ProjectLocks::default();
-        assert!(matches!(
-            l.acquire("p", "bad key", A, 10, s(0)),
-            Err(CoreError::Invalid { .. })
-        ));
-        assert!(matches!(
-            l.acquire("p", "k", A, 4, s(0)),
-            Err(CoreError::Invalid { .. })
-        ));
-        assert!(l.is_empty());
-        assert_eq!(l.next_fencing_token, FIRST_FENCING_TOKEN);
     }
 }

@@ -968,11 +968,83 @@ fn get_lock_of_never_acquired_is_unlocked_with_zero_times() {
     );
 }
 
+/// `op` of project `P`, applied alone at `t`.
+fn apply_one(sm: &mut StateMachine, op: HierOp, t: Nanos) -> raftlock_core::Outcome {
+    let op = Op::Hier {
+        project: P.into(),
+        op,
+    };
+    sm.apply(&Command {
+        stamp: t,
+        ops: vec![op],
+    })
+    .remove(0)
+}
+
+fn create_namespace(name: &str, description: &str, metadata: BTreeMap<String, String>) -> HierOp {
+    HierOp::CreateNamespace {
+        name: name.into(),
+        description: description.into(),
+        metadata,
+    }
+}
+
+fn update_namespace(name: &str, description: &str, metadata: BTreeMap<String, String>) -> HierOp {
+    HierOp::UpdateNamespace {
+        name: name.into(),
+        description: description.into(),
+        metadata,
+        expected_version: None,
+    }
+}
+
+fn create_lease(namespace: &str, process_id: &str, ttl_seconds: u64) -> HierOp {
+    HierOp::CreateLease {
+        namespace: namespace.into(),
+        lease_id: "l2".into(),
+        process_id: process_id.into(),
+        ttl_seconds,
+    }
+}
+
+fn refresh_lease(ttl_seconds: u64) -> HierOp {
+    HierOp::RefreshLease {
+        namespace: NS.into(),
+        lease_id: "l1".into(),
+        ttl_seconds,
+    }
+}
+
+fn acquire(namespace: &str, lock_name: &str, metadata: BTreeMap<String, String>) -> HierOp {
+    HierOp::AcquireLock {
+        namespace: namespace.into(),
+        lock_name: lock_name.into(),
+        exclusive: true,
+        lease_id: "l1".into(),
+        metadata,
+        wait: None,
+    }
+}
+
+/// Every call of the wrong shape is refused with the field it names and changes nothing:
+/// writes through apply (which checks them with `HierOp::validate`, as the server does before
+/// proposing; the hierarchy trusts what it is given), reads on the hierarchy itself.
 #[test]
 fn invalid_input_is_invalid_and_changes_nothing() {
-    let mut h = setup(&["l1"]);
-    hold(&mut h, "l1", "held", true, s(1));
-    let before = h.clone();
+    let mut sm = StateMachine::default();
+    for op in [
+        create_namespace(NS, "", BTreeMap::new()),
+        HierOp::CreateLease {
+            namespace: NS.into(),
+            lease_id: "l1".into(),
+            process_id: "proc".into(),
+            ttl_seconds: 300,
+        },
+        acquire(NS, "held", BTreeMap::new()),
+    ] {
+        assert!(apply_one(&mut sm, op, s(1)).is_ok());
+    }
+    let before = sm.hierarchy().clone();
     let big_meta: BTreeMap<String, String> =
         (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
     let long_value = meta(&[("k", &"v".repeat(257))]);
@@ -980,139 +1052,70 @@ fn invalid_input_is_invalid_and_changes_nothing() {
     let long_desc = "d".repeat(1025);
     let none = BTreeMap::new;
 
-    let cases: Vec<(&str, std::result::Result<(), CoreError>)> = vec![
-        (
-            "name",
-            h.create_namespace(P, "bad name", String::new(), none(), s(2))
-                .map(drop),
-        ),
-        (
-            "name",
-            h.create_namespace(P, "", String::new(), none(), s(2))
-                .map(drop),
-        ),
-        (
-            "name",
-            h.create_namespace(P, &"n".repeat(129), String::new(), none(), s(2))
-                .map(drop),
-        ),
-        (
-            "description",
-            h.create_namespace(P, "n2", long_desc.clone(), none(), s(2))
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.create_namespace(P, "n2", String::new(), big_meta.clone(), s(2))
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.create_namespace(P, "n2", String::new(), long_value.clone(), s(2))
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.create_namespace(P, "n2", String::new(), empty_key.clone(), s(2))
-                .map(drop),
-        ),
-        (
-            "description",
-            h.update_namespace(P, NS, long_desc, none(), None, s(2))
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.update_namespace(P, NS, String::new(), big_meta.clone(), None, s(2))
-                .map(drop),
-        ),
+    let writes: Vec<(&str, HierOp)> = vec![
+        ("name", create_namespace("bad name", "", none())),
+        ("name", create_namespace("", "", none())),
+        ("name", create_namespace(&"n".repeat(129), "", none())),
+        ("description", create_namespace("n2", &long_desc, none())),
+        ("metadata", create_namespace("n2", "", big_meta.clone())),
+        ("metadata", create_namespace("n2", "", long_value.clone())),
+        ("metadata", create_namespace("n2", "", empty_key.clone())),
+        ("description", update_namespace(NS, &long_desc, none())),
+        ("metadata", update_namespace(NS, "", big_meta.clone())),
+        ("namespace_name", update_namespace("a.b", "", none())),
         (
             "namespace_name",
-            h.update_namespace(P, "a.b", String::new(), none(), None, s(2))
-                .map(drop),
+            HierOp::DeleteNamespace { name: "a/b".into() },
         ),
-        ("namespace_name", h.delete_namespace(P, "a/b")),
+        ("namespace_name", create_lease("x y", "w", 10)),
+        ("process_id", create_lease(NS, "", 10)),
+        ("process_id", create_lease(NS, "bad\nid", 10)),
+        ("process_id", create_lease(NS, &"p".repeat(129), 10)),
+        ("ttl_seconds", create_lease(NS, "w", 0)),
+        ("ttl_seconds", create_lease(NS, "w", 301)),
+        ("ttl_seconds", refresh_lease(0)),
+        ("ttl_seconds", refresh_lease(301)),
         (
             "namespace_name",
-            h.create_lease(P, "x y", "l2", "w", 10, s(2)).map(drop),
+            HierOp::RevokeLease {
+                namespace: String::new(),
+                lease_id: "l1".into(),
+            },
         ),
-        (
-            "process_id",
-            h.create_lease(P, NS, "l2", "", 10, s(2)).map(drop),
-        ),
-        (
-            "process_id",
-            h.create_lease(P, NS, "l2", "bad\nid", 10, s(2)).map(drop),
-        ),
-        (
-            "process_id",
-            h.create_lease(P, NS, "l2", &"p".repeat(129), 10, s(2))
-                .map(drop),
-        ),
-        (
-            "ttl_seconds",
-            h.create_lease(P, NS, "l2", "w", 0, s(2)).map(drop),
-        ),
-        (
-            "ttl_seconds",
-            h.create_lease(P, NS, "l2", "w", 301, s(2)).map(drop),
-        ),
-        (
-            "ttl_seconds",
-            h.refresh_lease(P, NS, "l1", 0, s(2)).map(drop),
-        ),
-        (
-            "ttl_seconds",
-            h.refresh_lease(P, NS, "l1", 301, s(2)).map(drop),
-        ),
-        ("namespace_name", h.revoke_lease(P, "", "l1", s(2))),
+        ("lock_name", acquire(NS, "a//b", none())),
+        ("lock_name", acquire(NS, "/a", none())),
+        ("lock_name", acquire(NS, "a/", none())),
+        ("lock_name", acquire(NS, "a.b", none())),
+        ("lock_name", acquire(NS, &"a".repeat(257), none())),
+        ("metadata", acquire(NS, "a", big_meta)),
+        ("metadata", acquire(NS, "held", long_value)),
+        ("metadata", acquire(NS, "a", empty_key)),
+        ("namespace_name", acquire("b@d", "a", none())),
         (
             "lock_name",
-            h.acquire(P, NS, "a//b", true, "l1", none(), s(2), None)
-                .map(drop),
+            HierOp::ReleaseLock {
+                namespace: NS.into(),
+                lock_name: "held/".into(),
+                lease_id: "l1".into(),
+            },
         ),
         (
             "lock_name",
-            h.acquire(P, NS, "/a", true, "l1", none(), s(2), None)
-                .map(drop),
+            HierOp::DeleteLock {
+                namespace: NS.into(),
+                lock_name: "he ld".into(),
+            },
         ),
-        (
-            "lock_name",
-            h.acquire(P, NS, "a/", true, "l1", none(), s(2), None)
-                .map(drop),
-        ),
-        (
-            "lock_name",
-            h.acquire(P, NS, "a.b", true, "l1", none(), s(2), None)
-                .map(drop),
-        ),
-        (
-            "lock_name",
-            h.acquire(P, NS, &"a".repeat(257), true, "l1", none(), s(2), None)
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.acquire(P, NS, "a", true, "l1", big_meta, s(2), None)
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.acquire(P, NS, "held", true, "l1", long_value, s(2), None)
-                .map(drop),
-        ),
-        (
-            "metadata",
-            h.acquire(P, NS, "a", true, "l1", empty_key, s(2), None)
-                .map(drop),
-        ),
-        (
-            "namespace_name",
-            h.acquire(P, "b@d", "a", true, "l1", none(), s(2), None)
-                .map(drop),
-        ),
-        ("lock_name", h.release(P, NS, "held/", "l1", s(2)).map(drop)),
-        ("lock_name", h.delete_lock(P, NS, "he ld", s(2))),
+    ];
+    for (i, (field, op)) in writes.into_iter().enumerate() {
+        let r = apply_one(&mut sm, op, s(2));
+        assert!(
+            is_invalid(&r, field),
+            "write {i}: expected Invalid on {field}, got {r:?}"
+        );
+    }
+    let h = sm.hierarchy();
+    let reads: Vec<(&str, std::result::Result<(), CoreError>)> = vec![
         ("lock_name", h.get_lock(P, NS, "", s(2)).map(drop)),
         ("limit", h.list_locks(P, NS, "", 251, s(2)).map(drop)),
         (
@@ -1125,30 +1128,24 @@ fn invalid_input_is_invalid_and_changes_nothing() {
             h.list_leases(P, NS, "", "6", 1, s(2)).map(drop),
         ),
     ];
-    for (i, (field, r)) in cases.iter().enumerate() {
+    for (i, (field, r)) in reads.iter().enumerate() {
         assert!(
             is_invalid(r, field),
-            "case {i}: expected Invalid on {field}, got {r:?}"
+            "read {i}: expected Invalid on {field}, got {r:?}"
         );
     }
-    assert_eq!(h, before, "invalid input changed the state");
+    assert_eq!(*h, before, "invalid input changed the state");
     // Boundaries that are valid.
-    assert!(h
-        .create_lease(P, NS, "l2", &"p".repeat(128), 300, s(2))
-        .is_ok());
-    assert!(h
-        .acquire(
-            P,
-            NS,
-            &"a".repeat(256),
-            true,
-            "l2",
-            meta(&[("k", &"v".repeat(256))]),
-            s(2),
-            None
-        )
-        .is_ok());
-    inv(&h);
+    let longest_name = "a".repeat(256);
+    let longest_value = meta(&[("k", &"v".repeat(256))]);
+    for op in [
+        create_lease(NS, &"p".repeat(128), 300),
+        acquire(NS, &longest_name, longest_value),
+    ] {
+        let r = apply_one(&mut sm, op, s(2));
+        assert!(r.is_ok(), "{r:?}");
+    }
+    inv(sm.hierarchy());
 }
 
 #[test]

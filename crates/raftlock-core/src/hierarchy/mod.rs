@@ -14,6 +14,10 @@
 //! snapshot copies the whole hierarchy in O(1) and encodes the copy off the state lock; they
 //! encode exactly as `BTreeMap`/`BTreeSet` (tests/encoding.rs). Small per-record maps stay
 //! plain.
+//!
+//! The operations trust their input's shape (names, sizes, TTLs): [`crate::command::HierOp::validate`]
+//! checked it at the edge and apply checks it again before calling them. Queries check the
+//! names they are given, as nothing before them does.
 
 //! ## Layout
 //! - [`views`]: the API-facing types (quotas, views, acquire answers, wait specs).
@@ -40,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::{self, ProjectTotals, Scratch};
 use crate::error::CoreError;
 use crate::paging::list_page;
-use crate::{validate, Nanos, SECOND};
+use crate::{Nanos, SECOND};
 
 use namespace::{ancestors, bump, Change, Counts, Lease, LockRecord, Namespace};
 pub use v2::HierarchyV2;
@@ -287,9 +291,6 @@ impl Hierarchy {
         metadata: BTreeMap<String, String>,
         t: Nanos,
     ) -> Result<NamespaceView> {
-        validate::simple_name("name", name)?;
-        validate::description(&description)?;
-        validate::metadata(&metadata)?;
         let quota = self.quotas.namespaces_per_project;
         let quota_locks = self.quotas.locks_per_namespace;
         let bytes = budget::namespace_bytes(&description, &metadata);
@@ -336,9 +337,6 @@ impl Hierarchy {
         expected_version: Option<u64>,
         t: Nanos,
     ) -> Result<NamespaceView> {
-        validate::simple_name("namespace_name", name)?;
-        validate::description(&description)?;
-        validate::metadata(&metadata)?;
         let room = self.room(project);
         self.with_ns(project, name, |ns| {
             let before = budget::namespace_bytes(&ns.description, &ns.metadata);
@@ -368,7 +366,6 @@ impl Hierarchy {
 
     /// Deletes a namespace and everything in it; absent is not an error.
     pub fn delete_namespace(&mut self, project: &str, name: &str) -> Result<()> {
-        validate::simple_name("namespace_name", name)?;
         let Some(spaces) = self.projects.get_mut(project) else {
             return Ok(());
         };
@@ -398,9 +395,6 @@ impl Hierarchy {
         ttl_seconds: u64,
         t: Nanos,
     ) -> Result<LeaseView> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::process_id(process_id)?;
-        validate::lease_ttl(ttl_seconds)?;
         let quota = self.quotas.leases_per_namespace;
         let room = self.room(project);
         let expires_at = t + ttl_seconds as Nanos * SECOND;
@@ -453,8 +447,6 @@ impl Hierarchy {
         ttl_seconds: u64,
         t: Nanos,
     ) -> Result<LeaseView> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::lease_ttl(ttl_seconds)?;
         let (old, view) = self.with_ns(project, namespace, |ns| {
             let lease = ns
                 .leases
@@ -491,7 +483,6 @@ impl Hierarchy {
         lease_id: &str,
         t: Nanos,
     ) -> Result<()> {
-        validate::simple_name("namespace_name", namespace)?;
         let lease = self.with_ns(project, namespace, |ns| {
             ns.end_lease(lease_id, t).ok_or_else(lease_not_found)
         })?;
@@ -517,12 +508,6 @@ impl Hierarchy {
         t: Nanos,
         wait: Option<&WaitSpec>,
     ) -> Result<AcquireReply> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::lock_name(lock_name)?;
-        validate::metadata(&metadata)?;
-        if let Some(spec) = wait {
-            validate::waiter_id(&spec.waiter_id)?;
-        }
         let quotas = self.quotas;
         let usage = wait.map(|w| (w, self.waiter_usage(project)));
         let room = self.room(project);
@@ -557,8 +542,6 @@ impl Hierarchy {
         queued: QueuedAcquire<'_, bool>,
         t: Nanos,
     ) -> Result<AcquireReply> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::lock_name(queued.name)?;
         self.with_ns(project, namespace, |ns| {
             // Refuse before touching anything: a refused command changes nothing. (An expired
             // lease's waiters already left with it.)
@@ -645,8 +628,6 @@ impl Hierarchy {
         lease_id: &str,
         t: Nanos,
     ) -> Result<LockView> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::lock_name(lock_name)?;
         self.with_ns(project, namespace, |ns| {
             // As Grackle documents: releasing under a lease that does not exist (or expired)
             // is `not_found`; releasing what a live lease does not hold is a no-op.
@@ -672,8 +653,6 @@ impl Hierarchy {
         lock_name: &str,
         t: Nanos,
     ) -> Result<()> {
-        validate::simple_name("namespace_name", namespace)?;
-        validate::lock_name(lock_name)?;
         self.with_ns(project, namespace, |ns| {
             let holders: Vec<String> = ns
                 .locks

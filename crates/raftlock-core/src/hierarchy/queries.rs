@@ -2,6 +2,7 @@
 //! them at a given time, where a queued acquire stands, and counts for metrics.
 
 use super::*;
+use crate::validate;
 
 impl Hierarchy {
     pub fn get_namespace(&self, project: &str, name: &str) -> Result<NamespaceView> {

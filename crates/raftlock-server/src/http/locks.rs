@@ -171,11 +171,13 @@ async fn lease_call(
 ) -> Result<Response, ApiError> {
     let token = lock_token(&headers)?;
     let TtlRequest { ttl_seconds } = body::json(&body::read(body, D).await?, D)?;
-    validate::lock_ttl(ttl_seconds).map_err(|e| ApiError::from_core(D, e))?;
     let action = match method {
         Method::PATCH => LockAction::Renew { token, ttl_seconds },
         _ => LockAction::Acquire { token, ttl_seconds },
     };
+    action
+        .validate(&key)
+        .map_err(|e| ApiError::from_core(D, e))?;
     // Not under the client's request id: acquire and renew are already safe for a client
     // to repeat (the token names the lease), and a client that reused one id across renewals
     // would otherwise get the first renewal's answer back and its lease would silently not
