@@ -184,23 +184,11 @@ fn run_step(
     snap: &mut Option<Vec<u8>>,
     step: &Step,
 ) -> Result<(), String> {
-    run_step_unchecked(store, model, vote, snap, step)?;
-    store.check_live(model);
-    Ok(())
-}
-
-fn run_step_unchecked(
-    store: &mut Store,
-    model: &mut LogContents,
-    vote: &mut Option<u64>,
-    snap: &mut Option<Vec<u8>>,
-    step: &Step,
-) -> Result<(), String> {
     let last = model.last_log_id();
     let next_index = last.map_or(0, |l| l.index + 1);
     let term = last.map_or(1, |l| l.leader_id.term);
     let first_unpurged = model.last_purged.map_or(0, |p| p.index + 1);
-    match step {
+    let result = match step {
         Step::Append(n, new_term) => {
             let term = term + u64::from(*new_term);
             let entries: Vec<Entry> = (0..*n as u64)
@@ -229,13 +217,12 @@ fn run_step_unchecked(
         }
         Step::Purge(per_mille) => {
             let unpurged: Vec<LogId> = model.entries.values().map(|e| e.log_id).collect();
-            if unpurged.is_empty() {
-                return Ok(());
+            if let Some(last) = unpurged.len().checked_sub(1) {
+                let upto = unpurged[last * usize::from(*per_mille) / 1000];
+                // No I/O: durable with the next frame, and only then part of the model.
+                store.unwritten_purge = store.unwritten_purge.max(Some(upto));
+                drop(store.live.purge(upto));
             }
-            let upto = unpurged[(unpurged.len() - 1) * usize::from(*per_mille) / 1000];
-            // No I/O: durable with the next frame, and only then part of the model.
-            store.unwritten_purge = store.unwritten_purge.max(Some(upto));
-            drop(store.live.purge(upto));
             Ok(())
         }
         Step::Vote => {
@@ -249,7 +236,11 @@ fn run_step_unchecked(
             checked_file::save(&*store.dir, "snapshot", MAGIC_SNAP, &bytes)
                 .map_err(|e| e.to_string())
         }
+    };
+    if result.is_ok() {
+        store.check_live(model);
     }
+    result
 }
 
 proptest! {

@@ -13,6 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// One flat directory of files. Names are plain file names, never paths.
 pub trait Dir: Send + Sync + 'static {
@@ -63,12 +64,7 @@ pub trait Dir: Send + Sync + 'static {
     /// cuts that name's content too. A crash between [`retire`]'s link and the rename leaves
     /// `snapshot.old.tmp` as a second name of the live `snapshot`; freeing it by cuts would
     /// truncate the live snapshot. Such a name is only unlinked.
-    fn remove_gradually(
-        &self,
-        name: &str,
-        step: u64,
-        pause: std::time::Duration,
-    ) -> io::Result<()> {
+    fn remove_gradually(&self, name: &str, step: u64, pause: Duration) -> io::Result<()> {
         let Some(stat) = self.stat(name)? else {
             return Ok(());
         };
@@ -328,7 +324,7 @@ pub fn write_atomically_with_head(
 /// ([`Dir::remove_gradually`]): a 16 MiB WAL segment goes in ~0.2 s, a 100 MB snapshot in
 /// ~1.2 s, and an fsync meanwhile waits for a 1 MiB discard at most.
 pub const GRADUAL_STEP_BYTES: u64 = 1 << 20;
-pub const GRADUAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+pub const GRADUAL_PAUSE: Duration = Duration::from_millis(10);
 
 /// Gives `name` a second, temporary name so that replacing it does not free it; returns that
 /// name, or `None` when there is no `name` yet. A file system without hard links replaces
@@ -371,10 +367,10 @@ fn free_retired(dir: &dyn Dir, retired: &str) {
 const PIECE_PAUSE_FACTOR: u32 = 3;
 /// The longest rest after one piece: a disk that stalls for seconds on one piece is not
 /// waited for three times as long again.
-const MAX_PIECE_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+const MAX_PIECE_PAUSE: Duration = Duration::from_millis(200);
 
 /// The rest after a piece that took `took` to write and sync ([`PIECE_PAUSE_FACTOR`]).
-fn pause_after_piece(took: std::time::Duration) -> std::time::Duration {
+fn pause_after_piece(took: Duration) -> Duration {
     (took * PIECE_PAUSE_FACTOR).min(MAX_PIECE_PAUSE)
 }
 
@@ -434,16 +430,16 @@ mod tests {
         let mut file = dir.create("big").unwrap();
         file.append(&vec![7u8; (3 << 20) + 12_345]).unwrap();
         file.sync().unwrap();
-        dir.remove_gradually("big", 1 << 20, std::time::Duration::ZERO)
+        dir.remove_gradually("big", 1 << 20, Duration::ZERO)
             .unwrap();
         assert_eq!(dir.list().unwrap(), Vec::<String>::new());
-        dir.remove_gradually("big", 1 << 20, std::time::Duration::ZERO)
+        dir.remove_gradually("big", 1 << 20, Duration::ZERO)
             .unwrap();
     }
 
     /// A file whose every sync takes `sync_takes`: a disk slow enough to measure against.
     struct SlowSync {
-        sync_takes: std::time::Duration,
+        sync_takes: Duration,
     }
 
     impl DirFile for SlowSync {
@@ -464,7 +460,7 @@ mod tests {
 
     #[test]
     fn a_large_file_rests_after_each_piece_for_three_times_what_it_took() {
-        let sync_takes = std::time::Duration::from_millis(20);
+        let sync_takes = Duration::from_millis(20);
         let mut out = ChunkedWriter {
             file: Box::new(SlowSync { sync_takes }),
             buf: Vec::new(),
@@ -483,7 +479,7 @@ mod tests {
             sync_takes * PIECE_PAUSE_FACTOR
         );
         assert_eq!(
-            pause_after_piece(std::time::Duration::from_secs(5)),
+            pause_after_piece(Duration::from_secs(5)),
             MAX_PIECE_PAUSE,
             "a stalled disk is not waited for again three times over"
         );
@@ -532,12 +528,7 @@ mod tests {
         fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
             self.inner.set_len(name, len)
         }
-        fn remove_gradually(
-            &self,
-            name: &str,
-            step: u64,
-            pause: std::time::Duration,
-        ) -> io::Result<()> {
+        fn remove_gradually(&self, name: &str, step: u64, pause: Duration) -> io::Result<()> {
             self.record(format!("remove_gradually {name} {step} {pause:?}"));
             self.inner.remove_gradually(name, step, pause)
         }
