@@ -39,12 +39,8 @@ pub async fn run(
 ) -> anyhow::Result<Stall> {
     let (count_before, sum_before) = snapshot_metrics(target).await;
     let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let mut tasks = Vec::new();
-    for i in 0..clients {
-        let target = target.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = target.conn();
-            let token = uuid::Uuid::new_v4().to_string();
+    let per_client = target
+        .lock_clients(clients, |i, mut c, token| async move {
             let own = format!("stall-{i}");
             let (mut lat, mut errors) = (Vec::new(), 0usize);
             let mut n = i;
@@ -64,12 +60,11 @@ pub async fn run(
                     && matches!(released, Ok(StatusCode::NO_CONTENT));
                 errors += usize::from(!ok);
             }
-            (lat, errors)
-        }));
-    }
+            anyhow::Ok((lat, errors))
+        })
+        .await?;
     let (mut all, mut errors) = (Vec::new(), 0);
-    for t in tasks {
-        let (lat, e) = t.await?;
+    for (lat, e) in per_client {
         all.extend(lat);
         errors += e;
     }

@@ -58,6 +58,24 @@ impl Target {
     pub fn conn(&self) -> Conn {
         Conn::new(&self.leader, self.key.as_deref())
     }
+
+    /// Runs `clients` project-lock clients at once — client `i` with a connection of its
+    /// own and a lock token of its own — and gathers what each returns, in order.
+    pub async fn lock_clients<T, F, Fut>(&self, clients: usize, client: F) -> anyhow::Result<Vec<T>>
+    where
+        F: Fn(usize, Conn, String) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let tasks: Vec<_> = (0..clients)
+            .map(|i| tokio::spawn(client(i, self.conn(), uuid::Uuid::new_v4().to_string())))
+            .collect();
+        let mut out = Vec::with_capacity(clients);
+        for t in tasks {
+            out.push(t.await??);
+        }
+        Ok(out)
+    }
 }
 
 /// Waits (up to `wait`) for a leader among `endpoints` and returns its address.

@@ -623,12 +623,8 @@ pub async fn load_project_locks(
     ttl: u64,
 ) -> anyhow::Result<f64> {
     let t = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..clients {
-        let target = target.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = target.conn();
-            let token = uuid::Uuid::new_v4().to_string();
+    target
+        .lock_clients(clients, |i, mut c, token| async move {
             let mut j = i;
             while j < count {
                 let key = format!("mem-{j}");
@@ -642,10 +638,7 @@ pub async fn load_project_locks(
                 }
             }
             anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
+        })
+        .await?;
     Ok(count as f64 / t.elapsed().as_secs_f64())
 }
