@@ -25,7 +25,7 @@ pub use raftlock_api::barriers::{Barrier as BarrierView, BarrierParticipant as P
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::list_page;
-use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
+use crate::spaces::{due, pop_due, stored_in_records_field, Due, Record, Spaces, Stored};
 use crate::{Nanos, SECOND};
 
 /// Idle time before deletion: 60 s (Grackle's minimum) to 30 days.
@@ -54,7 +54,7 @@ struct Participant {
 type Participants = OrdMap<String, Participant>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Barrier {
+pub struct Barrier {
     description: String,
     expected: u64,
     /// The current generation, from 1.
@@ -88,22 +88,6 @@ fn participants_bytes(p: &Participants) -> usize {
 impl Barrier {
     fn delete_at(&self) -> Nanos {
         self.last_activity_at + self.delete_inactive_after_seconds as Nanos * SECOND
-    }
-
-    fn view(&self, name: &str) -> BarrierView {
-        BarrierView {
-            name: name.to_string(),
-            description: self.description.clone(),
-            expected_processes: self.expected,
-            arrived_processes: self.arrived.len() as u64,
-            generation: self.generation,
-            version: self.version,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            last_activity_at: self.last_activity_at,
-            delete_inactive_after_seconds: self.delete_inactive_after_seconds,
-            metadata: self.metadata.clone(),
-        }
     }
 
     /// The current generation is complete: keep its participants, start the next one, forget
@@ -159,25 +143,33 @@ pub struct Barriers {
     deletions: OrdSet<Due>,
 }
 
-impl Stored for Barriers {
-    type Rec = Barrier;
-    fn records(&self) -> &Spaces<Barrier> {
-        &self.records
-    }
-
-    fn records_mut(&mut self) -> &mut Spaces<Barrier> {
-        &mut self.records
-    }
-
-    fn delete(&mut self, project: &str, ns: &str, name: &str) {
-        Barriers::delete(self, project, ns, name)
-    }
-}
+stored_in_records_field!(Barriers, Barrier);
 
 impl Record for Barrier {
     const KIND: &'static str = "barrier";
     const PLURAL: &'static str = "barriers";
     const TOPIC: &'static str = "barrier";
+    type View = BarrierView;
+
+    fn visible_at(&self, now: Nanos) -> bool {
+        now < self.delete_at()
+    }
+
+    fn view(&self, name: &str, _now: Nanos) -> BarrierView {
+        BarrierView {
+            name: name.to_string(),
+            description: self.description.clone(),
+            expected_processes: self.expected,
+            arrived_processes: self.arrived.len() as u64,
+            generation: self.generation,
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            last_activity_at: self.last_activity_at,
+            delete_inactive_after_seconds: self.delete_inactive_after_seconds,
+            metadata: self.metadata.clone(),
+        }
+    }
 
     fn bytes(&self, name: &str) -> usize {
         let past: usize = self.past.iter().map(|(_, p)| participants_bytes(p)).sum();
@@ -188,12 +180,6 @@ impl Record for Barrier {
 }
 
 impl Barriers {
-    fn barrier(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Barrier> {
-        (self.records.get(project, ns, name))
-            .filter(|b| now < b.delete_at())
-            .ok_or_else(Spaces::<Barrier>::not_found)
-    }
-
     /// Deletes barriers idle past their time.
     pub fn reap(&mut self, t: Nanos) {
         while let Some((_, project, ns, name)) = pop_due(&mut self.deletions, t) {
@@ -225,7 +211,7 @@ impl Barriers {
             delete_inactive_after_seconds: spec.delete_inactive_after_seconds,
             metadata: spec.metadata.clone(),
         };
-        let view = barrier.view(name);
+        let view = barrier.view(name, t);
         self.deletions
             .insert(due(barrier.delete_at(), project, ns, name));
         self.records.insert(project, ns, name, barrier);
@@ -271,7 +257,7 @@ impl Barriers {
             if spec.expected_processes == arrived {
                 usage.refund(project, b.trip());
             }
-            Ok((old_delete_at, b.delete_at(), b.view(name)))
+            Ok((old_delete_at, b.delete_at(), b.view(name, t)))
         });
         let (old_at, new_at, view) = change?;
         self.deletions.remove(&due(old_at, project, ns, name));
@@ -301,8 +287,8 @@ impl Barriers {
         let (old_at, arrived) = (self.records).change(project, ns, name, |b, usage| {
             arrive_at(b, project, a, usage, t)
         })?;
-        let b = self.barrier(project, ns, name, t)?;
-        let (new_at, view) = (b.delete_at(), b.view(name));
+        let b = self.find(project, ns, name, t)?;
+        let (new_at, view) = (b.delete_at(), b.view(name, t));
         if let Some(old_at) = old_at {
             self.deletions.remove(&due(old_at, project, ns, name));
             self.deletions.insert(due(new_at, project, ns, name));
@@ -314,29 +300,6 @@ impl Barriers {
     }
 
     // ---- queries -----------------------------------------------------------------------
-
-    pub fn get(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<BarrierView> {
-        Ok(self.barrier(project, ns, name, now)?.view(name))
-    }
-
-    pub fn list(
-        &self,
-        project: &str,
-        ns: &str,
-        token: &str,
-        limit: u32,
-        now: Nanos,
-    ) -> Result<(Vec<BarrierView>, String, String)> {
-        let empty = OrdMap::new();
-        let barriers = self.records.space(project, ns).unwrap_or(&empty);
-        list_page(
-            barriers,
-            token,
-            limit,
-            |b| now < b.delete_at(),
-            |n, b| b.view(n),
-        )
-    }
 
     /// Who arrived in `generation` (the current one or a kept past one; empty otherwise), by
     /// process id.
@@ -351,7 +314,7 @@ impl Barriers {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<ParticipantView>, String, String)> {
-        let b = self.barrier(project, ns, name, now)?;
+        let b = self.find(project, ns, name, now)?;
         let empty = OrdMap::new();
         let participants = b.participants(generation).unwrap_or(&empty);
         list_page(

@@ -4,7 +4,7 @@
 //!
 //! Each primitive keeps its own time indexes (a wait group's expiry and retention, a barrier's
 //! idle deletion) beside its [`Spaces`], since what is due and when differs; what it means to
-//! store, find, charge, remove and wake a record is written once, here.
+//! store, find, list, charge, remove and wake a record is written once, here.
 //!
 //! Encoding: only the records are state. A [`Spaces`] encodes exactly as the `spaces` field it
 //! replaced (a struct's fields are encoded in order, skipped ones not at all), so snapshots of
@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{ByteBudget, Scratch};
 use crate::error::CoreError;
+use crate::paging::list_page;
+use crate::Nanos;
 
 /// (project, namespace).
 pub type SpaceKey = (String, String);
@@ -38,7 +40,7 @@ pub fn pop_due(index: &mut OrdSet<Due>, t: crate::Nanos) -> Option<Due> {
 
 /// A primitive kept in [`Spaces`]: what every such primitive answers the state machine the
 /// same way, by its records.
-pub(crate) trait Stored: Sized {
+pub trait Stored: Sized {
     type Rec: Record;
     fn records(&self) -> &Spaces<Self::Rec>;
     fn records_mut(&mut self) -> &mut Spaces<Self::Rec>;
@@ -67,7 +69,72 @@ pub(crate) trait Stored: Sized {
     fn count_usage(&mut self) {
         self.records_mut().count_usage();
     }
+
+    /// The record `name` as a query at `now` sees it (`not_found` when absent or past its
+    /// deletion time, which a query at a later time already hides).
+    fn find(
+        &self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        now: Nanos,
+    ) -> Result<&Self::Rec, CoreError> {
+        (self.records().get(project, ns, name))
+            .filter(|r| r.visible_at(now))
+            .ok_or_else(Spaces::<Self::Rec>::not_found)
+    }
+
+    /// `Get<Record>`: the record's view at `now`.
+    fn get(
+        &self,
+        project: &str,
+        ns: &str,
+        name: &str,
+        now: Nanos,
+    ) -> Result<<Self::Rec as Record>::View, CoreError> {
+        Ok(self.find(project, ns, name, now)?.view(name, now))
+    }
+
+    /// `List<Records>`: one page of the namespace's records visible at `now`, by name.
+    fn list(
+        &self,
+        project: &str,
+        ns: &str,
+        token: &str,
+        limit: u32,
+        now: Nanos,
+    ) -> Result<(Vec<<Self::Rec as Record>::View>, String, String), CoreError> {
+        let empty = OrdMap::new();
+        let records = self.records().space(project, ns).unwrap_or(&empty);
+        list_page(
+            records,
+            token,
+            limit,
+            |r| r.visible_at(now),
+            |n, r| r.view(n, now),
+        )
+    }
 }
+
+/// Implements [`Stored`] for a primitive whose records are its `records` field and whose
+/// `delete` (an inherent method) also drops the record's time-index entries.
+macro_rules! stored_in_records_field {
+    ($store:ident, $rec:ty) => {
+        impl $crate::spaces::Stored for $store {
+            type Rec = $rec;
+            fn records(&self) -> &$crate::spaces::Spaces<$rec> {
+                &self.records
+            }
+            fn records_mut(&mut self) -> &mut $crate::spaces::Spaces<$rec> {
+                &mut self.records
+            }
+            fn delete(&mut self, project: &str, ns: &str, name: &str) {
+                $store::delete(self, project, ns, name)
+            }
+        }
+    };
+}
+pub(crate) use stored_in_records_field;
 
 /// A named record of a namespace.
 pub trait Record: Clone {
@@ -77,8 +144,15 @@ pub trait Record: Clone {
     const PLURAL: &'static str;
     /// The first segment of its wake-up topics.
     const TOPIC: &'static str;
+    /// What the API shows of it.
+    type View: Clone;
     /// Bytes its project is charged while it is stored.
     fn bytes(&self, name: &str) -> usize;
+    /// Whether a query at `now` sees it: one past its deletion time is hidden before the
+    /// apply that deletes it.
+    fn visible_at(&self, now: Nanos) -> bool;
+    /// Its view, as `name`, at `now`.
+    fn view(&self, name: &str, now: Nanos) -> Self::View;
 
     /// The wake-up topic of one record: waiting calls register under it.
     fn topic(project: &str, namespace: &str, name: &str) -> String {

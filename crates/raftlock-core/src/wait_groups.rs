@@ -26,7 +26,7 @@ pub use raftlock_api::wait_groups::{
 use crate::budget::{self, ByteBudget};
 use crate::error::CoreError;
 use crate::paging::list_page;
-use crate::spaces::{due, pop_due, Due, Record, Spaces, Stored};
+use crate::spaces::{due, pop_due, stored_in_records_field, Due, Record, Spaces, Stored};
 use crate::{Nanos, SECOND};
 
 /// A new group's `expires_at` is at least this far ahead (Grackle's rule).
@@ -59,7 +59,7 @@ struct Job {
 
 /// A wait group record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Group {
+pub struct Group {
     description: String,
     counter: u64,
     /// Job id → its first report; `completed_jobs` is its size.
@@ -100,6 +100,38 @@ impl Group {
         (status != Status::Active)
             .then(|| finished_at + self.delete_after_finished_seconds as Nanos * SECOND)
     }
+}
+
+/// What a wait group is created with or replaced by: the fields of its create and update
+/// calls. Nested in those commands without changing their encoding: bincode writes a struct's
+/// fields in order, exactly as if they stood in the command itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSpec {
+    pub description: String,
+    pub counter: u64,
+    pub expires_at: Nanos,
+    pub delete_after_finished_seconds: u64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// All wait groups of all projects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitGroups {
+    /// The groups, their bytes and their wake topics.
+    records: Spaces<Group>,
+    /// (expires_at, project, namespace, name) of active groups.
+    expiries: OrdSet<Due>,
+    /// (delete time, project, namespace, name) of finished groups.
+    deletions: OrdSet<Due>,
+}
+
+stored_in_records_field!(WaitGroups, Group);
+
+impl Record for Group {
+    const KIND: &'static str = "wait group";
+    const PLURAL: &'static str = "wait groups";
+    const TOPIC: &'static str = "wait-group";
+    type View = WaitGroupView;
 
     fn visible_at(&self, now: Nanos) -> bool {
         self.delete_at(now).is_none_or(|at| now < at)
@@ -127,50 +159,6 @@ impl Group {
             metadata: self.metadata.clone(),
         }
     }
-}
-
-/// What a wait group is created with or replaced by: the fields of its create and update
-/// calls. Nested in those commands without changing their encoding: bincode writes a struct's
-/// fields in order, exactly as if they stood in the command itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupSpec {
-    pub description: String,
-    pub counter: u64,
-    pub expires_at: Nanos,
-    pub delete_after_finished_seconds: u64,
-    pub metadata: BTreeMap<String, String>,
-}
-
-/// All wait groups of all projects.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WaitGroups {
-    /// The groups, their bytes and their wake topics.
-    records: Spaces<Group>,
-    /// (expires_at, project, namespace, name) of active groups.
-    expiries: OrdSet<Due>,
-    /// (delete time, project, namespace, name) of finished groups.
-    deletions: OrdSet<Due>,
-}
-
-impl Stored for WaitGroups {
-    type Rec = Group;
-    fn records(&self) -> &Spaces<Group> {
-        &self.records
-    }
-
-    fn records_mut(&mut self) -> &mut Spaces<Group> {
-        &mut self.records
-    }
-
-    fn delete(&mut self, project: &str, ns: &str, name: &str) {
-        WaitGroups::delete(self, project, ns, name)
-    }
-}
-
-impl Record for Group {
-    const KIND: &'static str = "wait group";
-    const PLURAL: &'static str = "wait groups";
-    const TOPIC: &'static str = "wait-group";
 
     fn bytes(&self, name: &str) -> usize {
         let jobs: usize = (self.jobs.iter())
@@ -181,12 +169,6 @@ impl Record for Group {
 }
 
 impl WaitGroups {
-    fn group(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<&Group> {
-        (self.records.get(project, ns, name))
-            .filter(|g| g.visible_at(now))
-            .ok_or_else(Spaces::<Group>::not_found)
-    }
-
     /// Runs `change` on the group (present, as every apply reaps first). `change` must leave
     /// the group untouched when it fails.
     fn with_group<T>(
@@ -316,7 +298,7 @@ impl WaitGroups {
                 .insert(due(spec.expires_at, project, ns, name));
             self.records.wake(project, ns, name);
         }
-        Ok(self.group(project, ns, name, t)?.view(name, t))
+        Ok(self.find(project, ns, name, t)?.view(name, t))
     }
 
     /// Deletes a group and its job records; absent is not an error.
@@ -382,37 +364,14 @@ impl WaitGroups {
             Ok(completed == g.counter)
         })?;
         if done {
-            let expires_at = self.group(project, ns, name, t)?.expires_at;
+            let expires_at = self.find(project, ns, name, t)?.expires_at;
             self.expiries.remove(&due(expires_at, project, ns, name));
             self.finish(project, ns, name, Status::Completed, t);
         }
-        Ok(self.group(project, ns, name, t)?.view(name, t))
+        Ok(self.find(project, ns, name, t)?.view(name, t))
     }
 
     // ---- queries -----------------------------------------------------------------------
-
-    pub fn get(&self, project: &str, ns: &str, name: &str, now: Nanos) -> Result<WaitGroupView> {
-        Ok(self.group(project, ns, name, now)?.view(name, now))
-    }
-
-    pub fn list(
-        &self,
-        project: &str,
-        ns: &str,
-        token: &str,
-        limit: u32,
-        now: Nanos,
-    ) -> Result<(Vec<WaitGroupView>, String, String)> {
-        let empty = OrdMap::new();
-        let groups = self.records.space(project, ns).unwrap_or(&empty);
-        list_page(
-            groups,
-            token,
-            limit,
-            |g| g.visible_at(now),
-            |n, g| g.view(n, now),
-        )
-    }
 
     /// Completed jobs by id.
     pub fn list_jobs(
@@ -424,7 +383,7 @@ impl WaitGroups {
         limit: u32,
         now: Nanos,
     ) -> Result<(Vec<CompletedJobView>, String, String)> {
-        let g = self.group(project, ns, name, now)?;
+        let g = self.find(project, ns, name, now)?;
         list_page(
             &g.jobs,
             token,

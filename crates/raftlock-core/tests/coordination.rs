@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use raftlock_core::barriers::{BarrierSpec, BarrierView};
 
 use raftlock_core::command::HierOp;
+use raftlock_core::spaces::Stored;
 use raftlock_core::wait_groups::{GroupSpec, WaitGroupStatus, WaitGroupView};
 use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
 

@@ -23,6 +23,7 @@ use raftlock_api::wait_groups::{
 use raftlock_api::Listing;
 use raftlock_core::barriers::{self, BarrierSpec, Barriers};
 use raftlock_core::command::HierOp;
+use raftlock_core::spaces::Stored;
 use raftlock_core::wait_groups::{self, GroupSpec, WaitGroups};
 use raftlock_core::{validate, CoreError, Reply, StateMachine};
 
