@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{ByteBudget, Scratch};
 use crate::error::CoreError;
-use crate::paging::list_page;
+use crate::paging::{list_page, Listed};
 use crate::Nanos;
 
 /// (project, namespace).
@@ -103,7 +103,7 @@ pub trait Stored: Sized {
         token: &str,
         limit: u32,
         now: Nanos,
-    ) -> Result<(Vec<<Self::Rec as Record>::View>, String, String), CoreError> {
+    ) -> Result<Listed<<Self::Rec as Record>::View>, CoreError> {
         let empty = OrdMap::new();
         let records = self.records().space(project, ns).unwrap_or(&empty);
         list_page(
