@@ -7,47 +7,18 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{hier, T0};
+use common::{hier, World, T0};
 use proptest::prelude::*;
 use raftlock_core::barriers::{BarrierSpec, BarrierView};
 
 use raftlock_core::command::HierOp;
 use raftlock_core::spaces::Stored;
 use raftlock_core::wait_groups::{GroupSpec, WaitGroupStatus, WaitGroupView};
-use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
+use raftlock_core::{codec, Command, CoreError, Op, Outcome, Reply, StateMachine, SECOND};
 
 const NS: &str = "pipelines";
 
-struct World {
-    sm: StateMachine,
-    t: i64,
-}
-
 impl World {
-    fn new() -> World {
-        let mut w = World {
-            sm: StateMachine::new(Limits::default()),
-            t: T0,
-        };
-        w.apply(Op::CreateProject { name: "p".into() }).unwrap();
-        w.apply(hier(HierOp::CreateNamespace {
-            name: NS.into(),
-            description: String::new(),
-            metadata: BTreeMap::new(),
-        }))
-        .unwrap();
-        w
-    }
-
-    fn apply(&mut self, op: Op) -> Outcome {
-        let out = self.sm.apply(&Command {
-            stamp: self.t,
-            ops: vec![op],
-        });
-        self.sm.check_usage().expect("invariants hold");
-        out.into_iter().next().unwrap()
-    }
-
     fn group(
         &mut self,
         name: &str,
@@ -136,7 +107,7 @@ impl World {
 
 #[test]
 fn a_wait_group_completes_exactly_at_its_counter_of_distinct_jobs() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let too_soon = w.group("g", 3, 30).unwrap_err();
     assert!(matches!(too_soon, CoreError::Invalid { ref field, .. } if field == "expires_at"));
     let g = w.group("g", 3, 3600).unwrap();
@@ -186,7 +157,7 @@ fn a_wait_group_completes_exactly_at_its_counter_of_distinct_jobs() {
 
 #[test]
 fn a_wait_group_expires_at_its_deadline_and_updates_follow_the_rules() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.group("g", 5, 120).unwrap();
     w.complete("g", &["a", "b"]).unwrap();
     let update = |counter, expires_in: i64, version, t: i64| {
@@ -278,7 +249,7 @@ fn a_wait_group_expires_at_its_deadline_and_updates_follow_the_rules() {
 
 #[test]
 fn a_barrier_trips_only_when_every_expected_process_arrived() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let b = w.barrier("phase", 3);
     assert_eq!((b.generation, b.arrived_processes), (1, 0));
     assert!(!w.arrive("phase", "a", 1).unwrap().1);
@@ -311,7 +282,7 @@ fn a_barrier_trips_only_when_every_expected_process_arrived() {
 
 #[test]
 fn lowering_expected_processes_to_the_arrived_trips_and_idle_barriers_go() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.barrier("phase", 4);
     w.arrive("phase", "a", 1).unwrap();
     w.arrive("phase", "b", 1).unwrap();
@@ -367,7 +338,7 @@ fn lowering_expected_processes_to_the_arrived_trips_and_idle_barriers_go() {
 
 #[test]
 fn byte_budgets_refuse_without_changing_anything() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.sm = std::mem::take(&mut w.sm).with_byte_quotas(1 << 20, 2_000);
     w.sm.count_usage();
     w.group("g", 100, 3600).unwrap();
@@ -427,7 +398,7 @@ struct Model {
 }
 
 fn run(steps: &[(i64, HierOp)]) -> Result<(StateMachine, Vec<Outcome>), TestCaseError> {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let mut model = Model::default();
     let mut outs = vec![];
     for (dt, op) in steps {

@@ -7,46 +7,18 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{hier, T0};
+use common::{hier, World, T0};
 use proptest::prelude::*;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, QueuedAcquire, WaitSpec};
 use raftlock_core::semaphores::{
     SemAcquireReply, SemaphoreSpec, SemaphoreView, MAX_HOLDERS_PER_SEMAPHORE,
 };
-use raftlock_core::{codec, Command, CoreError, Limits, Op, Outcome, Reply, StateMachine, SECOND};
+use raftlock_core::{codec, Command, CoreError, Op, Outcome, Reply, StateMachine, SECOND};
 
 const NS: &str = "jobs";
 
-struct World {
-    sm: StateMachine,
-    t: i64,
-}
-
 impl World {
-    fn new() -> World {
-        let mut w = World {
-            sm: StateMachine::new(Limits::default()),
-            t: T0,
-        };
-        w.ok(Op::CreateProject { name: "p".into() });
-        w.ok(hier(HierOp::CreateNamespace {
-            name: NS.into(),
-            description: String::new(),
-            metadata: BTreeMap::new(),
-        }));
-        w
-    }
-
-    fn apply(&mut self, op: Op) -> Outcome {
-        let out = self.sm.apply(&Command {
-            stamp: self.t,
-            ops: vec![op],
-        });
-        self.sm.check_usage().expect("invariants hold");
-        out.into_iter().next().unwrap()
-    }
-
     fn ok(&mut self, op: Op) -> Reply {
         self.apply(op).expect("succeeds")
     }
@@ -129,7 +101,7 @@ impl World {
 
 #[test]
 fn create_get_list_and_their_errors() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let s = w.create("partner_1", 20);
     assert_eq!((s.permits, s.active_holds, s.version), (20, 0, 1));
     assert_eq!(s.last_activity_at, w.t);
@@ -180,7 +152,7 @@ fn create_get_list_and_their_errors() {
 
 #[test]
 fn acquires_are_all_or_none_and_weight_above_permits_is_refused() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 5);
     for l in ["a", "b", "c"] {
         w.lease(l, 60);
@@ -221,7 +193,7 @@ fn acquires_are_all_or_none_and_weight_above_permits_is_refused() {
 
 #[test]
 fn a_re_acquire_keeps_the_token_and_sets_the_weight() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 5);
     w.lease("a", 60);
     w.lease("b", 60);
@@ -249,7 +221,7 @@ fn a_re_acquire_keeps_the_token_and_sets_the_weight() {
 
 #[test]
 fn holders_are_listed_in_arrival_order() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 10);
     for l in ["zz", "mm", "aa"] {
         w.lease(l, 60);
@@ -266,7 +238,7 @@ fn holders_are_listed_in_arrival_order() {
 
 #[test]
 fn the_queue_is_fifo_and_nobody_overtakes_its_head() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 5);
     for l in ["a", "b", "c", "d", "e"] {
         w.lease(l, 60);
@@ -316,7 +288,7 @@ fn the_queue_is_fifo_and_nobody_overtakes_its_head() {
 
 #[test]
 fn a_cancelled_or_expired_waiter_leaves_and_the_next_one_is_granted() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 2);
     for l in ["a", "b", "c"] {
         w.lease(l, 120);
@@ -347,7 +319,7 @@ fn a_cancelled_or_expired_waiter_leaves_and_the_next_one_is_granted() {
 
 #[test]
 fn expiry_and_revoke_release_everything_a_lease_holds() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 3);
     w.create("t", 3);
     w.lease("short", 10);
@@ -385,7 +357,7 @@ fn expiry_and_revoke_release_everything_a_lease_holds() {
 
 #[test]
 fn a_refresh_moves_the_expiry_of_every_hold() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 1);
     w.lease("a", 10);
     w.acquire("s", "a", 1, None).unwrap();
@@ -402,7 +374,7 @@ fn a_refresh_moves_the_expiry_of_every_hold() {
 
 #[test]
 fn releasing_what_a_live_lease_does_not_hold_changes_nothing_but_the_activity_time() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let before = w.create("s", 1);
     w.lease("a", 60);
     w.t += SECOND;
@@ -417,7 +389,7 @@ fn releasing_what_a_live_lease_does_not_hold_changes_nothing_but_the_activity_ti
 
 #[test]
 fn updates_are_conditional_and_cannot_shrink_below_what_is_held() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 4);
     w.lease("a", 60);
     w.lease("b", 60);
@@ -477,7 +449,7 @@ fn updates_are_conditional_and_cannot_shrink_below_what_is_held() {
 
 #[test]
 fn lowering_permits_drops_every_queued_acquire_that_could_never_fit() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 10);
     for l in ["a", "b", "c"] {
         w.lease(l, 60);
@@ -503,7 +475,7 @@ fn lowering_permits_drops_every_queued_acquire_that_could_never_fit() {
 
 #[test]
 fn two_queued_calls_of_one_lease_are_both_acquired_and_the_hold_never_shrinks() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 5);
     w.lease("x", 60);
     w.lease("l", 60);
@@ -524,7 +496,7 @@ fn two_queued_calls_of_one_lease_are_both_acquired_and_the_hold_never_shrinks() 
 
 #[test]
 fn a_lease_that_expired_in_the_same_apply_is_never_granted() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 2);
     w.lease("a", 60);
     w.lease("x", 60);
@@ -558,7 +530,7 @@ fn a_lease_that_expired_in_the_same_apply_is_never_granted() {
 
 #[test]
 fn deleting_a_semaphore_or_its_namespace_drops_holders_and_waiters() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 1);
     w.lease("a", 60);
     w.lease("b", 60);
@@ -602,7 +574,7 @@ fn deleting_a_semaphore_or_its_namespace_drops_holders_and_waiters() {
 
 #[test]
 fn the_holder_quota_and_the_byte_budget_refuse_without_changing_anything() {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     w.create("s", 10_000);
     for i in 0..MAX_HOLDERS_PER_SEMAPHORE {
         w.lease(&format!("l{i}"), 60);
@@ -616,7 +588,7 @@ fn the_holder_quota_and_the_byte_budget_refuse_without_changing_anything() {
         MAX_HOLDERS_PER_SEMAPHORE as u64
     );
 
-    let mut small = World::new();
+    let mut small = World::new(NS);
     small.sm = std::mem::take(&mut small.sm).with_byte_quotas(1 << 20, 3_000);
     small.sm.count_usage();
     small.create("s", 1);
@@ -682,7 +654,7 @@ fn steps() -> impl Strategy<Value = Vec<(i64, HierOp)>> {
 }
 
 fn run(steps: &[(i64, HierOp)]) -> Result<(StateMachine, Vec<Outcome>), TestCaseError> {
-    let mut w = World::new();
+    let mut w = World::new(NS);
     let mut outs = vec![];
     let mut t = T0;
     for (dt, op) in steps {

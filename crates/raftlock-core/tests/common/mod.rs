@@ -1,9 +1,12 @@
 //! Helpers the core's property suites share: the time they start at, the project they act
-//! in, and the check that replicas and restored snapshots agree.
+//! in, a state machine with one namespace to act on, and the check that replicas and restored
+//! snapshots agree.
 
 use proptest::prelude::*;
 use raftlock_core::command::HierOp;
-use raftlock_core::{codec, Command, Op, Outcome, StateMachine, SECOND};
+use std::collections::BTreeMap;
+
+use raftlock_core::{codec, Command, Limits, Op, Outcome, StateMachine, SECOND};
 
 /// The clock every suite starts at.
 pub const T0: i64 = 1_700_000_000 * SECOND;
@@ -13,6 +16,41 @@ pub fn hier(op: HierOp) -> Op {
     Op::Hier {
         project: "p".into(),
         op,
+    }
+}
+
+/// A state machine with project `p` and one namespace, and the time the next command is
+/// stamped with.
+pub struct World {
+    pub sm: StateMachine,
+    pub t: i64,
+}
+
+impl World {
+    /// Project `p` with the namespace `ns`, at [`T0`].
+    pub fn new(ns: &str) -> World {
+        let mut w = World {
+            sm: StateMachine::new(Limits::default()),
+            t: T0,
+        };
+        w.apply(Op::CreateProject { name: "p".into() }).unwrap();
+        w.apply(hier(HierOp::CreateNamespace {
+            name: ns.into(),
+            description: String::new(),
+            metadata: BTreeMap::new(),
+        }))
+        .unwrap();
+        w
+    }
+
+    /// `op` alone, stamped `t`; every byte-accounting invariant holds after it.
+    pub fn apply(&mut self, op: Op) -> Outcome {
+        let out = self.sm.apply(&Command {
+            stamp: self.t,
+            ops: vec![op],
+        });
+        self.sm.check_usage().expect("invariants hold");
+        out.into_iter().next().unwrap()
     }
 }
 
