@@ -27,6 +27,14 @@ pub struct Command {
     pub ops: Vec<Op>,
 }
 
+impl Command {
+    /// How many of its ops someone asked for: all but the leader's own [`Op::Tick`]s, so an
+    /// idle group's write rate reads 0.
+    pub fn requested_ops(&self) -> usize {
+        self.ops.iter().filter(|op| !matches!(op, Op::Tick)).count()
+    }
+}
+
 /// The answer to one [`Op`].
 pub type Outcome = Result<Reply, CoreError>;
 

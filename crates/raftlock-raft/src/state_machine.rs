@@ -104,8 +104,8 @@ impl ApplyTime {
         Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
     }
 
-    /// Ops applied so far (each op of a batched entry counts; a blank or membership entry
-    /// carries none).
+    /// Ops applied so far that someone asked for (each op of a batched entry counts; the
+    /// leader's ticks, blank and membership entries do not).
     pub fn ops(&self) -> u64 {
         self.ops.load(Ordering::Relaxed)
     }
@@ -417,7 +417,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let mut ops = 0;
             for entry in entries {
                 let reply = match &entry.payload {
-                    EntryPayload::Normal(cmd) => state.machine.apply(cmd),
+                    EntryPayload::Normal(cmd) => {
+                        ops += cmd.requested_ops();
+                        state.machine.apply(cmd)
+                    }
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Membership(m) => {
                         state.last_membership =
@@ -426,7 +429,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 };
                 state.last_applied = Some(entry.log_id);
-                ops += reply.len();
                 replies.push(reply);
             }
             let resolved = state.machine.take_resolved_waiters();
