@@ -240,49 +240,49 @@ pub(crate) fn next_refresh(ttl: Duration, deadline: Instant) -> Instant {
     now + jittered(ttl / 3).min(left / 2)
 }
 
-async fn renew_loop(
-    client: Client,
-    guard: LockGuard,
+/// What one renewal of a lease answered.
+pub(crate) enum Renewal {
+    /// Extended until `expires_at` (the server's clock).
+    Renewed(SystemTime),
+    /// Gone for good (the caller has said why).
+    Lost,
+    /// Failed for now: try again after this pause, while the lease lasts.
+    Retry(Duration),
+}
+
+/// Keeps a lease that ends at `deadline` alive until `stop`: `renew` about every `ttl / 3`,
+/// retried after a failure until the lease would have ended, when `expired` is called. What
+/// a renewal is, and what losing the lease means, are the caller's.
+pub(crate) async fn keep_alive<Fut: Future<Output = Renewal>>(
     ttl: Duration,
     mut deadline: Instant,
     stop: CancellationToken,
+    mut renew: impl FnMut() -> Fut,
+    expired: impl FnOnce(),
 ) {
-    let key = guard.key.to_string();
     loop {
         let at = next_refresh(ttl, deadline);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(at) => {}
         }
-        // Renew, retrying transient failures until the lease would have ended.
         loop {
             let sent = Instant::now();
             let answer = tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(%key, "lease expired without a successful renewal");
-                    guard.lose(LossReason::Expired);
+                    expired();
                     return;
                 }
-                r = client.renew(&key, guard.token, ttl) => r,
+                r = renew() => r,
             };
             let pause = match answer {
-                Ok(Renew::Renewed(lease)) => {
-                    deadline = local_deadline(sent, ttl, lease.expires_at);
-                    guard.state.lock().expect("guard state").expires_at = lease.expires_at;
+                Renewal::Renewed(expires_at) => {
+                    deadline = local_deadline(sent, ttl, expires_at);
                     break;
                 }
-                Ok(Renew::OwnershipLost) => {
-                    tracing::warn!(%key, "lock ownership lost");
-                    guard.lose(LossReason::OwnershipLost);
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "renewal failed; retrying");
-                    e.retry_after()
-                        .unwrap_or(Duration::from_millis(200))
-                        .min(Duration::from_secs(1))
-                }
+                Renewal::Lost => return,
+                Renewal::Retry(pause) => pause,
             };
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -290,6 +290,43 @@ async fn renew_loop(
             }
         }
     }
+}
+
+/// Renews the guard's lock until `stop`; a refused renewal or an expiry loses it.
+async fn renew_loop(
+    client: Client,
+    guard: LockGuard,
+    ttl: Duration,
+    deadline: Instant,
+    stop: CancellationToken,
+) {
+    let key = guard.key.to_string();
+    let renew = || async {
+        match client.renew(&key, guard.token, ttl).await {
+            Ok(Renew::Renewed(lease)) => {
+                guard.state.lock().expect("guard state").expires_at = lease.expires_at;
+                Renewal::Renewed(lease.expires_at)
+            }
+            Ok(Renew::OwnershipLost) => {
+                tracing::warn!(%key, "lock ownership lost");
+                guard.lose(LossReason::OwnershipLost);
+                Renewal::Lost
+            }
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "renewal failed; retrying");
+                Renewal::Retry(
+                    e.retry_after()
+                        .unwrap_or(Duration::from_millis(200))
+                        .min(Duration::from_secs(1)),
+                )
+            }
+        }
+    };
+    let expired = || {
+        tracing::warn!(%key, "lease expired without a successful renewal");
+        guard.lose(LossReason::Expired);
+    };
+    keep_alive(ttl, deadline, stop, renew, expired).await;
 }
 
 impl Client {

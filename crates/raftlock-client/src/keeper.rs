@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::Result;
-use crate::guard::{local_deadline, next_refresh};
+use crate::guard::{keep_alive, local_deadline, Renewal};
 use crate::hierarchy::{AcquireLockRequest, AcquireLockResponse, Lock, LockLease, Metadata, Nanos};
 use crate::transport::Client;
 
@@ -224,61 +224,48 @@ impl Drop for LeaseKeeper {
     }
 }
 
+/// Refreshes the keeper's lease until `stop`; `not_found` or an expiry loses it.
 #[allow(clippy::too_many_arguments)]
 async fn refresh_loop(
     client: Client,
     namespace: Arc<str>,
     lease_id: Arc<str>,
     ttl: Duration,
-    mut deadline: Instant,
+    deadline: Instant,
     cancel: CancellationToken,
     state: Arc<Mutex<KeeperState>>,
     stop: CancellationToken,
 ) {
-    loop {
-        let at = next_refresh(ttl, deadline);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(at) => {}
-        }
-        loop {
-            let sent = Instant::now();
-            let answer = tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(lease = %lease_id, "lease expired without a successful refresh");
-                    lose(&state, &cancel, LeaseLoss::Expired);
-                    return;
-                }
-                r = client.refresh_lease(&namespace, &lease_id, ttl) => r,
-            };
-            let pause = match answer {
-                Ok(lease) => {
-                    deadline = local_deadline(sent, ttl, nanos_to_system(lease.expires_at));
-                    state.lock().expect("keeper state").lease = lease;
-                    break;
-                }
-                Err(e) if e.is_not_found() => {
-                    tracing::warn!(lease = %lease_id, "lease lost");
-                    lose(&state, &cancel, LeaseLoss::NotFound);
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(lease = %lease_id, error = %e, "lease refresh failed; retrying");
-                    // Only a rate limit's Retry-After is worth waiting out; a 503's (a leader
-                    // change) is not, with the lease's own clock running.
+    let refresh = || async {
+        match client.refresh_lease(&namespace, &lease_id, ttl).await {
+            Ok(lease) => {
+                let expires_at = nanos_to_system(lease.expires_at);
+                state.lock().expect("keeper state").lease = lease;
+                Renewal::Renewed(expires_at)
+            }
+            Err(e) if e.is_not_found() => {
+                tracing::warn!(lease = %lease_id, "lease lost");
+                lose(&state, &cancel, LeaseLoss::NotFound);
+                Renewal::Lost
+            }
+            Err(e) => {
+                tracing::warn!(lease = %lease_id, error = %e, "lease refresh failed; retrying");
+                // Only a rate limit's Retry-After is worth waiting out; a 503's (a leader
+                // change) is not, with the lease's own clock running.
+                Renewal::Retry(
                     e.retry_after()
                         .filter(|_| e.is_rate_limited())
                         .unwrap_or(Duration::from_millis(200))
-                        .min(Duration::from_secs(1))
-                }
-            };
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
+                        .min(Duration::from_secs(1)),
+                )
             }
         }
-    }
+    };
+    let expired = || {
+        tracing::warn!(lease = %lease_id, "lease expired without a successful refresh");
+        lose(&state, &cancel, LeaseLoss::Expired);
+    };
+    keep_alive(ttl, deadline, stop, refresh, expired).await;
 }
 
 /// Result of [`LeaseKeeper::acquire`].
