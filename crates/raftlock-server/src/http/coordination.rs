@@ -31,20 +31,6 @@ use super::errors::ApiError;
 use super::rpc::{core, unexpected, Call, Look, D};
 use super::wait::{time_left, WaitContext};
 
-fn wait_group_answer(reply: Reply) -> Result<WaitGroupResponse, ApiError> {
-    match reply {
-        Reply::WaitGroup(wait_group) => Ok(WaitGroupResponse { wait_group }),
-        other => Err(unexpected(other)),
-    }
-}
-
-fn barrier_answer(reply: Reply) -> Result<BarrierResponse, ApiError> {
-    match reply {
-        Reply::Barrier(barrier) => Ok(BarrierResponse { barrier }),
-        other => Err(unexpected(other)),
-    }
-}
-
 /// The outcome a wait group's status gives a waiting call (`None`: still active).
 fn finished(status: WaitGroupStatus) -> Option<WaitGroupWaitOutcome> {
     match status {
@@ -100,20 +86,18 @@ impl Call {
         &self,
         r: CreateWaitGroupRequest,
     ) -> Result<WaitGroupResponse, ApiError> {
-        wait_group_answer(
-            self.write(HierOp::CreateWaitGroup {
-                namespace: r.namespace_name,
-                name: r.wait_group_name,
-                spec: GroupSpec {
-                    description: r.description,
-                    counter: r.counter,
-                    expires_at: r.expires_at,
-                    delete_after_finished_seconds: r.delete_after_finished_seconds,
-                    metadata: r.metadata,
-                },
-            })
-            .await?,
-        )
+        self.write_as(HierOp::CreateWaitGroup {
+            namespace: r.namespace_name,
+            name: r.wait_group_name,
+            spec: GroupSpec {
+                description: r.description,
+                counter: r.counter,
+                expires_at: r.expires_at,
+                delete_after_finished_seconds: r.delete_after_finished_seconds,
+                metadata: r.metadata,
+            },
+        })
+        .await
     }
 
     pub(super) async fn get_wait_group(
@@ -132,33 +116,30 @@ impl Call {
         &self,
         r: UpdateWaitGroupRequest,
     ) -> Result<WaitGroupResponse, ApiError> {
-        wait_group_answer(
-            self.write(HierOp::UpdateWaitGroup {
-                namespace: r.namespace_name,
-                name: r.wait_group_name,
-                spec: GroupSpec {
-                    description: r.description,
-                    counter: r.counter,
-                    expires_at: r.expires_at,
-                    delete_after_finished_seconds: r.delete_after_finished_seconds,
-                    metadata: r.metadata,
-                },
-                expected_version: r.expected_version,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::UpdateWaitGroup {
+            namespace: r.namespace_name,
+            name: r.wait_group_name,
+            spec: GroupSpec {
+                description: r.description,
+                counter: r.counter,
+                expires_at: r.expires_at,
+                delete_after_finished_seconds: r.delete_after_finished_seconds,
+                metadata: r.metadata,
+            },
+            expected_version: r.expected_version,
+        })
+        .await
     }
 
     pub(super) async fn delete_wait_group(
         &self,
         r: WaitGroupRequest,
     ) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::DeleteWaitGroup {
+        self.write_as(HierOp::DeleteWaitGroup {
             namespace: r.namespace_name,
             name: r.wait_group_name,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     pub(super) async fn list_wait_groups(
@@ -180,14 +161,12 @@ impl Call {
         r: CompleteJobsFromWaitGroupRequest,
     ) -> Result<WaitGroupResponse, ApiError> {
         let jobs = r.jobs.into_iter().map(|j| (j.job_id, j.metadata)).collect();
-        wait_group_answer(
-            self.write(HierOp::CompleteJobs {
-                namespace: r.namespace_name,
-                name: r.wait_group_name,
-                jobs,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::CompleteJobs {
+            namespace: r.namespace_name,
+            name: r.wait_group_name,
+            jobs,
+        })
+        .await
     }
 
     pub(super) async fn list_completed_jobs(
@@ -251,19 +230,17 @@ impl Call {
         &self,
         r: CreateBarrierRequest,
     ) -> Result<BarrierResponse, ApiError> {
-        barrier_answer(
-            self.write(HierOp::CreateBarrier {
-                namespace: r.namespace_name,
-                name: r.barrier_name,
-                spec: BarrierSpec {
-                    description: r.description,
-                    expected_processes: r.expected_processes,
-                    delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                    metadata: r.metadata,
-                },
-            })
-            .await?,
-        )
+        self.write_as(HierOp::CreateBarrier {
+            namespace: r.namespace_name,
+            name: r.barrier_name,
+            spec: BarrierSpec {
+                description: r.description,
+                expected_processes: r.expected_processes,
+                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
+                metadata: r.metadata,
+            },
+        })
+        .await
     }
 
     pub(super) async fn get_barrier(&self, r: BarrierRequest) -> Result<BarrierResponse, ApiError> {
@@ -279,32 +256,29 @@ impl Call {
         &self,
         r: UpdateBarrierRequest,
     ) -> Result<BarrierResponse, ApiError> {
-        barrier_answer(
-            self.write(HierOp::UpdateBarrier {
-                namespace: r.namespace_name,
-                name: r.barrier_name,
-                spec: BarrierSpec {
-                    description: r.description,
-                    expected_processes: r.expected_processes,
-                    delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                    metadata: r.metadata,
-                },
-                expected_version: r.expected_version,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::UpdateBarrier {
+            namespace: r.namespace_name,
+            name: r.barrier_name,
+            spec: BarrierSpec {
+                description: r.description,
+                expected_processes: r.expected_processes,
+                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
+                metadata: r.metadata,
+            },
+            expected_version: r.expected_version,
+        })
+        .await
     }
 
     pub(super) async fn delete_barrier(
         &self,
         r: BarrierRequest,
     ) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::DeleteBarrier {
+        self.write_as(HierOp::DeleteBarrier {
             namespace: r.namespace_name,
             name: r.barrier_name,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     pub(super) async fn list_barriers(

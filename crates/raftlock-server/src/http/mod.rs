@@ -16,9 +16,11 @@
 //! - [`idempotency`]: request ids on writes (the client's, and the one a node mints).
 //! - [`openapi`]: the OpenAPI document (`GET /openapi.json`), built from `raftlock-api`.
 //! - [`errors`]: the two error dialects; [`decide`]: the one propose-and-map helper;
+//!   `answers`: which apply reply each `/v1beta` response is made from;
 //!   [`body`]: bounded, deadline-bound reading and JSON decoding.
 
 pub mod admin;
+mod answers;
 pub mod auth;
 pub mod body;
 pub mod console;

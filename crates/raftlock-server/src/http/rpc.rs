@@ -30,6 +30,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::answers::{answer, FromReply};
 use super::auth;
 use super::body::{self, PathParam};
 use super::errors::{ApiError, Dialect};
@@ -177,6 +178,11 @@ impl Call {
         super::decide::decide(&self.group, op, D).await
     }
 
+    /// Proposes `op` and answers with the response its reply becomes.
+    pub(super) async fn write_as<A: FromReply>(&self, op: HierOp) -> Result<A, ApiError> {
+        answer(self.write(op).await?)
+    }
+
     async fn read<T>(
         &self,
         f: impl FnOnce(&raftlock_core::hierarchy::Hierarchy, &str, i64) -> Result<T, CoreError>,
@@ -199,7 +205,7 @@ impl Call {
             description: r.description,
             metadata: r.metadata,
         };
-        namespace_answer(self.write(op).await?)
+        self.write_as(op).await
     }
 
     async fn get_namespace(&self, r: NamespaceRequest) -> Result<NamespaceResponse, ApiError> {
@@ -220,15 +226,14 @@ impl Call {
             metadata: r.metadata,
             expected_version: r.expected_version,
         };
-        namespace_answer(self.write(op).await?)
+        self.write_as(op).await
     }
 
     async fn delete_namespace(&self, r: NamespaceRequest) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::DeleteNamespace {
+        self.write_as(HierOp::DeleteNamespace {
             name: r.namespace_name,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     async fn list_namespaces(
@@ -248,7 +253,7 @@ impl Call {
             process_id: r.process_id,
             ttl_seconds: r.ttl_seconds,
         };
-        lease_answer(self.write(op).await?)
+        self.write_as(op).await
     }
 
     async fn refresh_lease(
@@ -260,16 +265,15 @@ impl Call {
             lease_id: r.lease_id,
             ttl_seconds: r.ttl_seconds,
         };
-        lease_answer(self.write(op).await?)
+        self.write_as(op).await
     }
 
     async fn revoke_lease(&self, r: LeaseRequest) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::RevokeLease {
+        self.write_as(HierOp::RevokeLease {
             namespace: r.namespace_name,
             lease_id: r.lease_id,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     async fn get_lease(&self, r: LeaseRequest) -> Result<LockLeaseResponse, ApiError> {
@@ -311,12 +315,11 @@ impl Call {
     }
 
     async fn delete_lock(&self, r: LockRequest) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::DeleteLock {
+        self.write_as(HierOp::DeleteLock {
             namespace: r.namespace_name,
             lock_name: r.lock_name,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     async fn get_lock(&self, r: LockRequest) -> Result<LockResponse, ApiError> {
@@ -557,20 +560,6 @@ pub(super) fn unexpected(reply: Reply) -> ApiError {
         StatusCode::INTERNAL_SERVER_ERROR,
         format!("unexpected reply {reply:?}"),
     )
-}
-
-fn namespace_answer(reply: Reply) -> Result<NamespaceResponse, ApiError> {
-    match reply {
-        Reply::Namespace(namespace) => Ok(NamespaceResponse { namespace }),
-        other => Err(unexpected(other)),
-    }
-}
-
-pub(super) fn lease_answer(reply: Reply) -> Result<LockLeaseResponse, ApiError> {
-    match reply {
-        Reply::LockLease(lease) => Ok(LockLeaseResponse { lease }),
-        other => Err(unexpected(other)),
-    }
 }
 
 #[cfg(test)]

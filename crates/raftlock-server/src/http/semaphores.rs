@@ -18,25 +18,12 @@ use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, QueuedAcquire, WaitSpec, WaitState};
 use raftlock_core::semaphores::{self, SemaphoreSpec, Semaphores};
-use raftlock_core::{validate, CoreError, Reply};
+use raftlock_core::{validate, CoreError};
 
+use super::answers::answer;
 use super::errors::ApiError;
-use super::rpc::{core, lease_answer, new_lease_id, unexpected, Call, Look, D};
+use super::rpc::{core, new_lease_id, Call, Look, D};
 use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext};
-
-fn semaphore_answer(reply: Reply) -> Result<SemaphoreResponse, ApiError> {
-    match reply {
-        Reply::Semaphore(semaphore) => Ok(SemaphoreResponse { semaphore }),
-        other => Err(unexpected(other)),
-    }
-}
-
-fn acquire_answer(reply: Reply) -> Result<AcquireSemaphoreResponse, ApiError> {
-    match reply {
-        Reply::SemaphoreAcquire(a) => Ok(a),
-        other => Err(unexpected(other)),
-    }
-}
 
 /// A call that did not get its permits while `permits` is below its weight (lowered while it
 /// waited: the state machine dropped its waiter) is refused as a new acquire of that weight is
@@ -71,18 +58,16 @@ impl Call {
         &self,
         r: CreateSemaphoreRequest,
     ) -> Result<SemaphoreResponse, ApiError> {
-        semaphore_answer(
-            self.write(HierOp::CreateSemaphore {
-                namespace: r.namespace_name,
-                name: r.semaphore_name,
-                spec: SemaphoreSpec {
-                    description: r.description,
-                    permits: r.permits,
-                    metadata: r.metadata,
-                },
-            })
-            .await?,
-        )
+        self.write_as(HierOp::CreateSemaphore {
+            namespace: r.namespace_name,
+            name: r.semaphore_name,
+            spec: SemaphoreSpec {
+                description: r.description,
+                permits: r.permits,
+                metadata: r.metadata,
+            },
+        })
+        .await
     }
 
     pub(super) async fn get_semaphore(
@@ -102,31 +87,28 @@ impl Call {
         &self,
         r: UpdateSemaphoreRequest,
     ) -> Result<SemaphoreResponse, ApiError> {
-        semaphore_answer(
-            self.write(HierOp::UpdateSemaphore {
-                namespace: r.namespace_name,
-                name: r.semaphore_name,
-                spec: SemaphoreSpec {
-                    description: r.description,
-                    permits: r.permits,
-                    metadata: r.metadata,
-                },
-                expected_version: r.expected_version,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::UpdateSemaphore {
+            namespace: r.namespace_name,
+            name: r.semaphore_name,
+            spec: SemaphoreSpec {
+                description: r.description,
+                permits: r.permits,
+                metadata: r.metadata,
+            },
+            expected_version: r.expected_version,
+        })
+        .await
     }
 
     pub(super) async fn delete_semaphore(
         &self,
         r: SemaphoreRequest,
     ) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::DeleteSemaphore {
+        self.write_as(HierOp::DeleteSemaphore {
             namespace: r.namespace_name,
             name: r.semaphore_name,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     pub(super) async fn list_semaphores(
@@ -159,29 +141,25 @@ impl Call {
         &self,
         r: ReleaseSemaphoreRequest,
     ) -> Result<SemaphoreResponse, ApiError> {
-        semaphore_answer(
-            self.write(HierOp::ReleaseSemaphore {
-                namespace: r.namespace_name,
-                name: r.semaphore_name,
-                lease_id: r.lease_id,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::ReleaseSemaphore {
+            namespace: r.namespace_name,
+            name: r.semaphore_name,
+            lease_id: r.lease_id,
+        })
+        .await
     }
 
     pub(super) async fn create_semaphore_lease(
         &self,
         r: CreateLockLeaseRequest,
     ) -> Result<LockLeaseResponse, ApiError> {
-        lease_answer(
-            self.write(HierOp::CreateSemaphoreLease {
-                namespace: r.namespace_name,
-                lease_id: new_lease_id(),
-                process_id: r.process_id,
-                ttl_seconds: r.ttl_seconds,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::CreateSemaphoreLease {
+            namespace: r.namespace_name,
+            lease_id: new_lease_id(),
+            process_id: r.process_id,
+            ttl_seconds: r.ttl_seconds,
+        })
+        .await
     }
 
     pub(super) async fn get_semaphore_lease(
@@ -200,26 +178,23 @@ impl Call {
         &self,
         r: RefreshLockLeaseRequest,
     ) -> Result<LockLeaseResponse, ApiError> {
-        lease_answer(
-            self.write(HierOp::RefreshSemaphoreLease {
-                namespace: r.namespace_name,
-                lease_id: r.lease_id,
-                ttl_seconds: r.ttl_seconds,
-            })
-            .await?,
-        )
+        self.write_as(HierOp::RefreshSemaphoreLease {
+            namespace: r.namespace_name,
+            lease_id: r.lease_id,
+            ttl_seconds: r.ttl_seconds,
+        })
+        .await
     }
 
     pub(super) async fn revoke_semaphore_lease(
         &self,
         r: LeaseRequest,
     ) -> Result<EmptyResponse, ApiError> {
-        self.write(HierOp::RevokeSemaphoreLease {
+        self.write_as(HierOp::RevokeSemaphoreLease {
             namespace: r.namespace_name,
             lease_id: r.lease_id,
         })
-        .await?;
-        Ok(EmptyResponse {})
+        .await
     }
 
     pub(super) async fn list_semaphore_leases(
@@ -259,7 +234,7 @@ impl Call {
     ) -> Result<AcquireSemaphoreResponse, ApiError> {
         validate::acquire_timeout(r.timeout_seconds).map_err(core)?;
         if r.timeout_seconds == 0 {
-            return acquire_answer(self.write(Self::acquire_semaphore_op(&r, None)).await?);
+            return answer(self.write(Self::acquire_semaphore_op(&r, None)).await?);
         }
         // Judged on the state machine's clock, the one the replicated queue drops waiters by.
         let now = self.group.read_local(|_, now| now);
@@ -296,7 +271,11 @@ impl Call {
         // Armed before the enqueueing proposal: a client that goes away while it is in flight
         // must not leave a waiter behind (a cancel of an absent waiter changes nothing).
         let mut guard = CancelOnDrop::new(self.group.clone(), self.project.clone(), cancel.clone());
-        let first = match self.write(op).await.and_then(acquire_answer) {
+        let first = match self
+            .write(op)
+            .await
+            .and_then(answer::<AcquireSemaphoreResponse>)
+        {
             Ok(first) => first,
             Err(e) => {
                 // Refused at apply (a 4xx): nothing was queued, so there is nothing to cancel.
@@ -313,7 +292,7 @@ impl Call {
         let granted = self.wait_for_permits(&r, &spec.waiter_id, until).await?;
         let reply = match granted {
             Some(reply) => reply,
-            None => acquire_answer(self.write(cancel).await?)?,
+            None => answer(self.write(cancel).await?)?,
         };
         guard.disarm();
         refuse_beyond_permits(reply, r.weight)
