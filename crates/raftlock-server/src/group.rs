@@ -273,16 +273,21 @@ impl Group {
     }
 
     /// Bytes this replica keeps on disk: its snapshot and its write-ahead log (the files of
-    /// the group's directory).
-    pub fn disk_bytes(&self) -> u64 {
-        let Ok(files) = std::fs::read_dir(&self.dir) else {
-            return 0;
+    /// the group's directory). Read on a blocking thread: a directory on a slow disk must
+    /// not stall the runtime's workers.
+    pub async fn disk_bytes(&self) -> u64 {
+        let dir = self.dir.clone();
+        let sum_files = move || {
+            let Ok(files) = std::fs::read_dir(&dir) else {
+                return 0;
+            };
+            (files.flatten())
+                .filter_map(|f| f.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
         };
-        (files.flatten())
-            .filter_map(|f| f.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
-            .sum()
+        tokio::task::spawn_blocking(sum_files).await.unwrap_or(0)
     }
 
     /// The snapshot policy (openraft's own is off): once a second, [`snapshot_due`] weighs

@@ -177,7 +177,7 @@ async fn shard_view(node: &Node, id: u32) -> Shard {
                 let m = m.borrow();
                 (m.current_leader, m.current_term)
             };
-            let bytes = group.disk_bytes();
+            let bytes = group.disk_bytes().await;
             (
                 leader,
                 Some(term),
