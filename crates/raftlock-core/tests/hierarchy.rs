@@ -449,10 +449,6 @@ fn expired_lease_cannot_acquire() {
         h.acquire(P, "missing", "a", true, "l1", BTreeMap::new(), s(1), None),
         Err(CoreError::NotFound("namespace".into()))
     );
-    assert_eq!(
-        h.probe(P, NS, "a", true, "l1", s(5)),
-        Err(CoreError::NotFound("lease".into()))
-    );
     inv(&h);
 }
 
@@ -532,11 +528,6 @@ fn compatibility_matrix() {
                         assert_eq!(r.lock, LockView::unlocked(wanted), "{case}");
                     }
                     assert_eq!(h, before, "{case}: a refused acquire changes nothing");
-                    assert_eq!(
-                        h.probe(P, NS, wanted, req_x, "l2", s(2)).unwrap(),
-                        Some(r.clone()),
-                        "{case}: probe agrees"
-                    );
                 } else {
                     assert_eq!(r.outcome, AcquireOutcome::Acquired, "{case}");
                     assert_eq!(r.reason, ContentionReason::Unspecified, "{case}");

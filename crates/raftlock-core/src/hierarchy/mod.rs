@@ -23,7 +23,7 @@
 //! - [`views`]: the API-facing types (quotas, views, acquire answers, wait specs).
 //! - `namespace`: one namespace — compatibility, descendant counters, grants, leases.
 //! - `waiters`: the FIFO queue of blocking acquires and its budgets.
-//! - `queries`: the read-only operations (get, list, probe, counts).
+//! - `queries`: the read-only operations (get, list, where a queued acquire stands, counts).
 //! - `invariants`: every invariant checked from scratch (tests and debug checks).
 //! - `v2`: the layout of snapshot formats 1 and 2 (holders without arrival order), converted.
 //! - this file: [`Hierarchy`] — routing to namespaces, the expiry indexes, per-project

@@ -90,30 +90,6 @@ impl Hierarchy {
         Ok(WaitState::Dropped)
     }
 
-    /// Would `lease_id` be blocked on `lock_name` at `now`? (Used by waiting servers.)
-    pub fn probe(
-        &self,
-        project: &str,
-        namespace: &str,
-        lock_name: &str,
-        exclusive: bool,
-        lease_id: &str,
-        now: Nanos,
-    ) -> Result<Option<AcquireReply>> {
-        let ns = self.ns(project, namespace)?;
-        if !ns.lease_live(lease_id, now) {
-            return Err(lease_not_found());
-        }
-        Ok(ns
-            .contention(lease_id, lock_name, exclusive, now)
-            .map(|(reason, blocking_locks)| AcquireReply {
-                lock: ns.lock_view(lock_name, now),
-                outcome: AcquireOutcome::Unavailable,
-                reason,
-                blocking_locks,
-            }))
-    }
-
     pub fn get_lock(
         &self,
         project: &str,
