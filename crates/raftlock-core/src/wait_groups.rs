@@ -298,7 +298,7 @@ impl WaitGroups {
                 .insert(due(spec.expires_at, project, ns, name));
             self.records.wake(project, ns, name);
         }
-        Ok(self.find(project, ns, name, t)?.view(name, t))
+        self.get(project, ns, name, t)
     }
 
     /// Deletes a group and its job records; absent is not an error.
@@ -368,7 +368,7 @@ impl WaitGroups {
             self.expiries.remove(&due(expires_at, project, ns, name));
             self.finish(project, ns, name, Status::Completed, t);
         }
-        Ok(self.find(project, ns, name, t)?.view(name, t))
+        self.get(project, ns, name, t)
     }
 
     // ---- queries -----------------------------------------------------------------------
