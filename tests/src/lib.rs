@@ -653,6 +653,18 @@ impl Cluster {
         self.nodes[&id].addr.clone()
     }
 
+    /// What the `raftlock` CLI prints with `--json` when the platform operator runs `args`
+    /// against node `id` (its stderr as the error's context when that is not JSON).
+    pub fn cli_json(&self, id: u64, args: &[&str]) -> Result<Value> {
+        let out = Command::new(binary())
+            .args(args)
+            .args(["--json", "--endpoints", &self.addr(id)])
+            .args(["--platform-token", &self.platform])
+            .output()?;
+        serde_json::from_slice(&out.stdout)
+            .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
     pub fn url(&self, id: u64, path: &str) -> String {
         format!("{}://{}{path}", self.scheme, self.nodes[&id].addr)
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use raftlock_tests::{eventually, token, Cluster, Locks};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// (leader, term) of shard `id` as `node` (a member) sees it, once it has a leader.
 async fn shard_leader(cluster: &Cluster, node: u64, id: u64) -> Option<(u64, u64)> {
@@ -120,18 +120,7 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
 
     // `raftlock cluster status`, asked of node 1, shows every shard's leader: node 1 hosts no
     // replica of the high shard, its members tell.
-    let status = std::process::Command::new(raftlock_tests::binary())
-        .args([
-            "cluster",
-            "status",
-            "--json",
-            "--endpoints",
-            &cluster.addr(1),
-        ])
-        .args(["--platform-token", &cluster.platform])
-        .output()?;
-    let status: Value = serde_json::from_slice(&status.stdout)
-        .with_context(|| String::from_utf8_lossy(&status.stderr).into_owned())?;
+    let status = cluster.cli_json(1, &["cluster", "status"])?;
     for shard in [low, high] {
         let listed = &status["shards"][shard as usize];
         assert_eq!(listed["id"], shard, "{status}");
@@ -155,19 +144,7 @@ async fn two_shards_on_six_nodes_serve_through_every_node_and_fail_apart() -> Re
         ensure!(held.status == 200, "rate lock: {:?}", held.body);
         written += 1;
     }
-    let listed = std::process::Command::new(raftlock_tests::binary())
-        .args([
-            "admin",
-            "shard",
-            "list",
-            "--json",
-            "--endpoints",
-            &cluster.addr(1),
-        ])
-        .args(["--platform-token", &cluster.platform])
-        .output()?;
-    let listed: Value = serde_json::from_slice(&listed.stdout)
-        .with_context(|| String::from_utf8_lossy(&listed.stderr).into_owned())?;
+    let listed = cluster.cli_json(1, &["admin", "shard", "list"])?;
     let field = |shard: u64, name: &str| listed[shard as usize][name].as_u64();
     for shard in [low, high] {
         assert!(field(shard, "leader").is_some(), "shard {shard}: {listed}");
