@@ -8,28 +8,40 @@
 use std::time::Duration;
 
 use raftlock_api::barriers::{
-    ArriveAtBarrierRequest, ArriveAtBarrierResponse, BarrierRequest, BarrierResponse,
-    BarrierWaitOutcome, CreateBarrierRequest, ListBarrierParticipantsRequest,
+    BarrierRequest, BarrierResponse, BarrierWaitOutcome, ListBarrierParticipantsRequest,
     ListBarrierParticipantsResponse, ListBarriersRequest, ListBarriersResponse,
-    UpdateBarrierRequest, WaitAtBarrierRequest, WaitAtBarrierResponse,
+    WaitAtBarrierRequest, WaitAtBarrierResponse,
 };
-use raftlock_api::hierarchy::EmptyResponse;
 use raftlock_api::wait_groups::{
-    CompleteJobsFromWaitGroupRequest, CreateWaitGroupRequest, ListWaitGroupCompletedJobsRequest,
-    ListWaitGroupCompletedJobsResponse, ListWaitGroupsRequest, ListWaitGroupsResponse,
-    UpdateWaitGroupRequest, WaitForWaitGroupRequest, WaitForWaitGroupResponse, WaitGroupRequest,
+    ListWaitGroupCompletedJobsRequest, ListWaitGroupCompletedJobsResponse, ListWaitGroupsRequest,
+    ListWaitGroupsResponse, WaitForWaitGroupRequest, WaitForWaitGroupResponse, WaitGroupRequest,
     WaitGroupResponse, WaitGroupStatus, WaitGroupWaitOutcome,
 };
 use raftlock_api::Listing;
-use raftlock_core::barriers::{self, BarrierSpec, Barriers};
-use raftlock_core::command::HierOp;
-use raftlock_core::spaces::Stored;
-use raftlock_core::wait_groups::{self, GroupSpec, WaitGroups};
-use raftlock_core::{validate, CoreError, Reply, StateMachine};
+use raftlock_core::spaces::{Record, Stored};
+use raftlock_core::{barriers, validate, wait_groups, CoreError, StateMachine};
 
 use super::errors::ApiError;
-use super::rpc::{core, unexpected, Call, Look, D};
+use super::rpc::{core, Call, Look, D};
 use super::wait::{time_left, WaitContext};
+
+/// A namespace's store of one primitive (`StateMachine::wait_groups_in`, `barriers_in`):
+/// `not_found` when the namespace is missing.
+type StoreIn<S> = for<'a> fn(&'a StateMachine, &str, &str) -> Result<&'a S, CoreError>;
+
+/// How `Get…` and `List…` show a record of the store `S`.
+type View<S> = <<S as Stored>::Rec as Record>::View;
+
+/// One look of a blocking read: what it answers if the wait ends now, and whether it has.
+struct Seen<T> {
+    /// The answer (with a timed-out outcome while the wait is not over).
+    answer: T,
+    /// The awaited state is reached: answer at once.
+    over: bool,
+    /// Look again after at most this long even without a wake-up (an expiry, which no apply
+    /// announces).
+    recheck_within: Option<Duration>,
+}
 
 /// The outcome a wait group's status gives a waiting call (`None`: still active).
 fn finished(status: WaitGroupStatus) -> Option<WaitGroupWaitOutcome> {
@@ -55,118 +67,86 @@ impl Call {
         result.map_err(core)
     }
 
-    /// Waits until `look` answers (`Some`) or `timeout_seconds` pass (`None`), woken by
-    /// applies that report `topic`. The first look is linearizable.
+    /// `Get<Record>`: one record of the namespace's store, named in the request's field
+    /// `field`.
+    async fn get_from<S: Stored>(
+        &self,
+        store: StoreIn<S>,
+        ns: &str,
+        (field, name): (&'static str, &str),
+    ) -> Result<View<S>, ApiError> {
+        validate::simple_name(field, name).map_err(core)?;
+        self.read_in(|sm, p, now| store(sm, p, ns)?.get(p, ns, name, now))
+            .await
+    }
+
+    /// `List<Records>`: one page of the namespace's store.
+    async fn list_from<S: Stored, L: Listing<Item = View<S>>>(
+        &self,
+        store: StoreIn<S>,
+        ns: &str,
+        (token, limit): (&str, u32),
+    ) -> Result<L, ApiError> {
+        let page = self
+            .read_in(|sm, p, now| store(sm, p, ns)?.list(p, ns, token, limit, now))
+            .await?;
+        Ok(L::from_page(page))
+    }
+
+    /// Looks until the wait is over or `timeout_seconds` pass, woken by applies that report
+    /// `topic`, and answers with the last look. The first look is linearizable.
     async fn wait_on<T>(
         &self,
         topic: &str,
         timeout_seconds: u64,
         ctx: &WaitContext,
-        look: impl Fn(&StateMachine, i64) -> Result<Look<T>, CoreError>,
-    ) -> Result<Option<T>, ApiError> {
+        look: impl Fn(&StateMachine, i64) -> Result<Seen<T>, CoreError>,
+    ) -> Result<T, ApiError> {
         validate::acquire_timeout(timeout_seconds).map_err(core)?;
         let now = self.group.read_local(|_, now| now);
         let deadline = ctx.ends_at(now, timeout_seconds);
         let until = tokio::time::Instant::now() + time_left(deadline, now);
+        let as_waiter = |sm: &StateMachine, now: i64| {
+            let seen = look(sm, now)?;
+            Ok(match seen.recheck_within {
+                _ if seen.over => Look::Granted(seen.answer),
+                Some(at_most) => Look::QueuedFor(at_most),
+                None => Look::Queued,
+            })
+        };
         // Registered before the first look (follow_waiter registers again, harmlessly), so an
         // apply between the two is not missed.
         let _early = self.group.waiters.register(topic);
-        match self.read_in(|sm, _, now| look(sm, now)).await? {
-            Look::Granted(answer) => return Ok(Some(answer)),
-            Look::Dropped => return Ok(None),
-            Look::Queued | Look::QueuedFor(_) if timeout_seconds == 0 => return Ok(None),
-            Look::Queued | Look::QueuedFor(_) => {}
+        let first = self.read_in(|sm, _, now| look(sm, now)).await?;
+        if first.over || timeout_seconds == 0 {
+            return Ok(first.answer);
         }
-        self.follow_waiter(topic, until, look).await
+        if let Some(answer) = self.follow_waiter(topic, until, as_waiter).await? {
+            return Ok(answer);
+        }
+        let last = self.group.read_local(look).map_err(core)?;
+        Ok(last.answer)
     }
 
     // ---- wait groups -------------------------------------------------------------------
-
-    pub(super) async fn create_wait_group(
-        &self,
-        r: CreateWaitGroupRequest,
-    ) -> Result<WaitGroupResponse, ApiError> {
-        self.write_as(HierOp::CreateWaitGroup {
-            namespace: r.namespace_name,
-            name: r.wait_group_name,
-            spec: GroupSpec {
-                description: r.description,
-                counter: r.counter,
-                expires_at: r.expires_at,
-                delete_after_finished_seconds: r.delete_after_finished_seconds,
-                metadata: r.metadata,
-            },
-        })
-        .await
-    }
 
     pub(super) async fn get_wait_group(
         &self,
         r: WaitGroupRequest,
     ) -> Result<WaitGroupResponse, ApiError> {
-        validate::simple_name("wait_group_name", &r.wait_group_name).map_err(core)?;
-        let (ns, name) = (&r.namespace_name, &r.wait_group_name);
-        let wait_group = self
-            .read_in(|sm, p, now| sm.wait_groups_in(p, ns)?.get(p, ns, name, now))
-            .await?;
+        let name = ("wait_group_name", r.wait_group_name.as_str());
+        let wait_group =
+            (self.get_from(StateMachine::wait_groups_in, &r.namespace_name, name)).await?;
         Ok(WaitGroupResponse { wait_group })
-    }
-
-    pub(super) async fn update_wait_group(
-        &self,
-        r: UpdateWaitGroupRequest,
-    ) -> Result<WaitGroupResponse, ApiError> {
-        self.write_as(HierOp::UpdateWaitGroup {
-            namespace: r.namespace_name,
-            name: r.wait_group_name,
-            spec: GroupSpec {
-                description: r.description,
-                counter: r.counter,
-                expires_at: r.expires_at,
-                delete_after_finished_seconds: r.delete_after_finished_seconds,
-                metadata: r.metadata,
-            },
-            expected_version: r.expected_version,
-        })
-        .await
-    }
-
-    pub(super) async fn delete_wait_group(
-        &self,
-        r: WaitGroupRequest,
-    ) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::DeleteWaitGroup {
-            namespace: r.namespace_name,
-            name: r.wait_group_name,
-        })
-        .await
     }
 
     pub(super) async fn list_wait_groups(
         &self,
         r: ListWaitGroupsRequest,
     ) -> Result<ListWaitGroupsResponse, ApiError> {
-        let ns = &r.namespace_name;
-        let page = self
-            .read_in(|sm, p, now| {
-                sm.wait_groups_in(p, ns)?
-                    .list(p, ns, &r.pagination_token, r.limit, now)
-            })
-            .await?;
-        Ok(ListWaitGroupsResponse::from_page(page))
-    }
-
-    pub(super) async fn complete_jobs(
-        &self,
-        r: CompleteJobsFromWaitGroupRequest,
-    ) -> Result<WaitGroupResponse, ApiError> {
-        let jobs = r.jobs.into_iter().map(|j| (j.job_id, j.metadata)).collect();
-        self.write_as(HierOp::CompleteJobs {
-            namespace: r.namespace_name,
-            name: r.wait_group_name,
-            jobs,
-        })
-        .await
+        let page = (r.pagination_token.as_str(), r.limit);
+        self.list_from(StateMachine::wait_groups_in, &r.namespace_name, page)
+            .await
     }
 
     pub(super) async fn list_completed_jobs(
@@ -177,7 +157,7 @@ impl Call {
         let (ns, name) = (&r.namespace_name, &r.wait_group_name);
         let page = self
             .read_in(|sm, p, now| {
-                let groups: &WaitGroups = sm.wait_groups_in(p, ns)?;
+                let groups = sm.wait_groups_in(p, ns)?;
                 groups.list_jobs(p, ns, name, &r.pagination_token, r.limit, now)
             })
             .await?;
@@ -194,130 +174,42 @@ impl Call {
         validate::simple_name("wait_group_name", &r.wait_group_name).map_err(core)?;
         let project = self.project.as_str();
         let (ns, name) = (r.namespace_name.as_str(), r.wait_group_name.as_str());
-        let topic = wait_groups::topic(project, ns, name);
         let look = |sm: &StateMachine, now: i64| {
             let wait_group = sm
                 .wait_groups_in(project, ns)?
                 .get(project, ns, name, now)?;
-            Ok(match finished(wait_group.status) {
-                Some(outcome) => Look::Granted(WaitForWaitGroupResponse {
-                    wait_group,
-                    outcome,
-                }),
+            let outcome = finished(wait_group.status);
+            Ok(Seen {
+                over: outcome.is_some(),
                 // Its expiry is announced by no apply: look again when it is due.
-                None => Look::QueuedFor(Duration::from_nanos(
+                recheck_within: Some(Duration::from_nanos(
                     (wait_group.expires_at - now).max(0) as u64
                 )),
+                answer: WaitForWaitGroupResponse {
+                    wait_group,
+                    outcome: outcome.unwrap_or(WaitGroupWaitOutcome::TimedOut),
+                },
             })
         };
-        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, &ctx, look).await? {
-            return Ok(answer);
-        }
-        let wait_group = self
-            .group
-            .read_local(|sm, now| sm.wait_groups_in(project, ns)?.get(project, ns, name, now))
-            .map_err(core)?;
-        let outcome = finished(wait_group.status).unwrap_or(WaitGroupWaitOutcome::TimedOut);
-        Ok(WaitForWaitGroupResponse {
-            wait_group,
-            outcome,
-        })
+        let topic = wait_groups::topic(project, ns, name);
+        self.wait_on(&topic, r.timeout_seconds, &ctx, look).await
     }
 
     // ---- barriers ----------------------------------------------------------------------
 
-    pub(super) async fn create_barrier(
-        &self,
-        r: CreateBarrierRequest,
-    ) -> Result<BarrierResponse, ApiError> {
-        self.write_as(HierOp::CreateBarrier {
-            namespace: r.namespace_name,
-            name: r.barrier_name,
-            spec: BarrierSpec {
-                description: r.description,
-                expected_processes: r.expected_processes,
-                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                metadata: r.metadata,
-            },
-        })
-        .await
-    }
-
     pub(super) async fn get_barrier(&self, r: BarrierRequest) -> Result<BarrierResponse, ApiError> {
-        validate::simple_name("barrier_name", &r.barrier_name).map_err(core)?;
-        let (ns, name) = (&r.namespace_name, &r.barrier_name);
-        let barrier = self
-            .read_in(|sm, p, now| sm.barriers_in(p, ns)?.get(p, ns, name, now))
-            .await?;
+        let name = ("barrier_name", r.barrier_name.as_str());
+        let barrier = (self.get_from(StateMachine::barriers_in, &r.namespace_name, name)).await?;
         Ok(BarrierResponse { barrier })
-    }
-
-    pub(super) async fn update_barrier(
-        &self,
-        r: UpdateBarrierRequest,
-    ) -> Result<BarrierResponse, ApiError> {
-        self.write_as(HierOp::UpdateBarrier {
-            namespace: r.namespace_name,
-            name: r.barrier_name,
-            spec: BarrierSpec {
-                description: r.description,
-                expected_processes: r.expected_processes,
-                delete_inactive_after_seconds: r.delete_inactive_after_seconds,
-                metadata: r.metadata,
-            },
-            expected_version: r.expected_version,
-        })
-        .await
-    }
-
-    pub(super) async fn delete_barrier(
-        &self,
-        r: BarrierRequest,
-    ) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::DeleteBarrier {
-            namespace: r.namespace_name,
-            name: r.barrier_name,
-        })
-        .await
     }
 
     pub(super) async fn list_barriers(
         &self,
         r: ListBarriersRequest,
     ) -> Result<ListBarriersResponse, ApiError> {
-        let ns = &r.namespace_name;
-        let page = self
-            .read_in(|sm, p, now| {
-                let barriers: &Barriers = sm.barriers_in(p, ns)?;
-                barriers.list(p, ns, &r.pagination_token, r.limit, now)
-            })
-            .await?;
-        Ok(ListBarriersResponse::from_page(page))
-    }
-
-    pub(super) async fn arrive_at_barrier(
-        &self,
-        r: ArriveAtBarrierRequest,
-    ) -> Result<ArriveAtBarrierResponse, ApiError> {
-        let reply = self
-            .write(HierOp::ArriveAtBarrier {
-                namespace: r.namespace_name,
-                name: r.barrier_name,
-                process_id: r.process_id,
-                expected_generation: r.expected_generation,
-                metadata: r.metadata,
-            })
-            .await?;
-        match reply {
-            Reply::BarrierArrival {
-                barrier,
-                all_arrived,
-            } => Ok(ArriveAtBarrierResponse {
-                barrier,
-                all_arrived,
-            }),
-            other => Err(unexpected(other)),
-        }
+        let page = (r.pagination_token.as_str(), r.limit);
+        self.list_from(StateMachine::barriers_in, &r.namespace_name, page)
+            .await
     }
 
     /// Blocks until generation `expected_generation` has tripped, or `timeout_seconds` pass.
@@ -331,31 +223,21 @@ impl Call {
         validate::generation("expected_generation", r.expected_generation).map_err(core)?;
         let project = self.project.as_str();
         let (ns, name) = (r.namespace_name.as_str(), r.barrier_name.as_str());
-        let topic = barriers::topic(project, ns, name);
         let look = |sm: &StateMachine, now: i64| {
             let barrier = sm.barriers_in(project, ns)?.get(project, ns, name, now)?;
-            Ok(if barrier.generation > r.expected_generation {
-                Look::Granted(WaitAtBarrierResponse {
-                    barrier,
-                    outcome: BarrierWaitOutcome::Tripped,
-                })
-            } else {
-                Look::Queued
+            let tripped = barrier.generation > r.expected_generation;
+            let outcome = match tripped {
+                true => BarrierWaitOutcome::Tripped,
+                false => BarrierWaitOutcome::TimedOut,
+            };
+            Ok(Seen {
+                over: tripped,
+                recheck_within: None,
+                answer: WaitAtBarrierResponse { barrier, outcome },
             })
         };
-        if let Some(answer) = self.wait_on(&topic, r.timeout_seconds, &ctx, look).await? {
-            return Ok(answer);
-        }
-        let barrier = self
-            .group
-            .read_local(|sm, now| sm.barriers_in(project, ns)?.get(project, ns, name, now))
-            .map_err(core)?;
-        let outcome = if barrier.generation > r.expected_generation {
-            BarrierWaitOutcome::Tripped
-        } else {
-            BarrierWaitOutcome::TimedOut
-        };
-        Ok(WaitAtBarrierResponse { barrier, outcome })
+        let topic = barriers::topic(project, ns, name);
+        self.wait_on(&topic, r.timeout_seconds, &ctx, look).await
     }
 
     pub(super) async fn list_barrier_participants(

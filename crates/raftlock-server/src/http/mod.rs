@@ -9,6 +9,7 @@
 //! - [`locks`]: the project-lock routes; [`rpc`]: the hierarchical-lock methods (and the
 //!   dispatch of every `/v1beta` method); [`semaphores`]: the semaphore methods;
 //!   [`coordination`]: the wait-group and barrier methods;
+//!   `writes`: what each plain write proposes and answers with;
 //!   [`admin`]: projects, keys, membership, cluster views, backups; [`console`]: `/ui/`.
 //! - [`auth`]: credentials (platform token, project keys, peers) and rate counting.
 //! - [`forward`]: sending a request to the leader within its one deadline.
@@ -34,6 +35,7 @@ pub mod openapi;
 pub mod rpc;
 pub mod semaphores;
 pub mod wait;
+mod writes;
 
 use std::time::Instant;
 

@@ -13,12 +13,22 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use raftlock_api::barriers::{
+    ArriveAtBarrierRequest, BarrierRequest, CreateBarrierRequest, UpdateBarrierRequest,
+};
 use raftlock_api::hierarchy::{
-    AcquireLockRequest, CreateLockLeaseRequest, CreateNamespaceRequest, EmptyResponse,
-    LeaseRequest, ListLockLeasesRequest, ListLockLeasesResponse, ListLocksRequest,
-    ListLocksResponse, ListNamespacesRequest, ListNamespacesResponse, ListWaitersRequest,
-    ListWaitersResponse, LockLeaseResponse, LockRequest, LockResponse, NamespaceRequest,
-    NamespaceResponse, RefreshLockLeaseRequest, ReleaseLockRequest, UpdateNamespaceRequest, Waiter,
+    AcquireLockRequest, CreateLockLeaseRequest, CreateNamespaceRequest, LeaseRequest,
+    ListLockLeasesRequest, ListLockLeasesResponse, ListLocksRequest, ListLocksResponse,
+    ListNamespacesRequest, ListNamespacesResponse, ListWaitersRequest, ListWaitersResponse,
+    LockLeaseResponse, LockRequest, LockResponse, NamespaceRequest, NamespaceResponse,
+    RefreshLockLeaseRequest, ReleaseLockRequest, UpdateNamespaceRequest, Waiter,
+};
+use raftlock_api::semaphores::{
+    CreateSemaphoreRequest, ReleaseSemaphoreRequest, SemaphoreRequest, UpdateSemaphoreRequest,
+};
+use raftlock_api::wait_groups::{
+    CompleteJobsFromWaitGroupRequest, CreateWaitGroupRequest, UpdateWaitGroupRequest,
+    WaitGroupRequest,
 };
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
@@ -26,7 +36,6 @@ use raftlock_core::hierarchy::{
     AcquireOutcome, AcquireReply, ContentionReason, QueuedAcquire, WaitSpec, WaitState,
 };
 use raftlock_core::{validate, CoreError, Reply, StateMachine};
-use rand::distributions::{Alphanumeric, DistString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -36,6 +45,7 @@ use super::body::{self, PathParam};
 use super::errors::{ApiError, Dialect};
 use super::idempotency::ClientRequestId;
 use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext, WaiterGauge};
+use super::writes::{LockLeases, SemaphoreLeases, Write};
 use crate::node::SharedNode;
 use raftlock_api::methods;
 
@@ -50,6 +60,14 @@ fn reply<T: Serialize>(message: T) -> Response {
     Json(message).into_response()
 }
 
+/// A plain write ([`Write`]): parsed, proposed, answered.
+async fn write<W: Write + DeserializeOwned>(
+    call: &Call,
+    bytes: &[u8],
+) -> Result<Response, ApiError> {
+    Ok(reply(call.submit(parse::<W>(bytes)?).await?))
+}
+
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     body::json(bytes, D)
 }
@@ -61,14 +79,6 @@ pub(super) fn core(e: CoreError) -> ApiError {
 /// A waiting call looks at its waiter this often even without a wake-up: a backstop, the
 /// waiter board wakes it as soon as its waiter leaves the queue.
 const WAIT_SAFETY_POLL: Duration = Duration::from_secs(1);
-
-/// A new lease id: `ls_` + 28 random base62 characters.
-pub(super) fn new_lease_id() -> String {
-    format!(
-        "ls_{}",
-        Alphanumeric.sample_string(&mut rand::thread_rng(), 28)
-    )
-}
 
 async fn dispatch(
     State(node): State<SharedNode>,
@@ -97,50 +107,56 @@ async fn dispatch(
         method: facts,
     };
     let answer = match method.as_str() {
-        "CreateNamespace" => reply(call.create_namespace(parse(&bytes)?).await?),
+        "CreateNamespace" => write::<CreateNamespaceRequest>(&call, &bytes).await?,
         "GetNamespace" => reply(call.get_namespace(parse(&bytes)?).await?),
-        "UpdateNamespace" => reply(call.update_namespace(parse(&bytes)?).await?),
-        "DeleteNamespace" => reply(call.delete_namespace(parse(&bytes)?).await?),
+        "UpdateNamespace" => write::<UpdateNamespaceRequest>(&call, &bytes).await?,
+        "DeleteNamespace" => write::<NamespaceRequest>(&call, &bytes).await?,
         "ListNamespaces" => reply(call.list_namespaces(parse(&bytes)?).await?),
-        "CreateLockLease" => reply(call.create_lease(parse(&bytes)?).await?),
-        "RefreshLockLease" => reply(call.refresh_lease(parse(&bytes)?).await?),
-        "RevokeLockLease" => reply(call.revoke_lease(parse(&bytes)?).await?),
+        "CreateLockLease" => write::<LockLeases<CreateLockLeaseRequest>>(&call, &bytes).await?,
+        "RefreshLockLease" => write::<LockLeases<RefreshLockLeaseRequest>>(&call, &bytes).await?,
+        "RevokeLockLease" => write::<LockLeases<LeaseRequest>>(&call, &bytes).await?,
         "GetLockLease" => reply(call.get_lease(parse(&bytes)?).await?),
         "ListLockLeases" => reply(call.list_leases(parse(&bytes)?).await?),
         "AcquireLock" => reply(call.acquire(parse(&bytes)?, ctx).await?),
-        "ReleaseLock" => reply(call.release(parse(&bytes)?).await?),
+        "ReleaseLock" => write::<ReleaseLockRequest>(&call, &bytes).await?,
         "GetLock" => reply(call.get_lock(parse(&bytes)?).await?),
-        "DeleteLock" => reply(call.delete_lock(parse(&bytes)?).await?),
+        "DeleteLock" => write::<LockRequest>(&call, &bytes).await?,
         "ListLocks" => reply(call.list_locks(parse(&bytes)?).await?),
         // raftlock's extension: the queued blocking acquires of a namespace.
         "ListWaiters" => reply(call.list_waiters(parse(&bytes)?).await?),
-        "CreateSemaphore" => reply(call.create_semaphore(parse(&bytes)?).await?),
+        "CreateSemaphore" => write::<CreateSemaphoreRequest>(&call, &bytes).await?,
         "GetSemaphore" => reply(call.get_semaphore(parse(&bytes)?).await?),
-        "UpdateSemaphore" => reply(call.update_semaphore(parse(&bytes)?).await?),
-        "DeleteSemaphore" => reply(call.delete_semaphore(parse(&bytes)?).await?),
+        "UpdateSemaphore" => write::<UpdateSemaphoreRequest>(&call, &bytes).await?,
+        "DeleteSemaphore" => write::<SemaphoreRequest>(&call, &bytes).await?,
         "ListSemaphores" => reply(call.list_semaphores(parse(&bytes)?).await?),
         "ListSemaphoreHolders" => reply(call.list_semaphore_holders(parse(&bytes)?).await?),
         "AcquireSemaphore" => reply(call.acquire_semaphore(parse(&bytes)?, ctx).await?),
-        "ReleaseSemaphore" => reply(call.release_semaphore(parse(&bytes)?).await?),
-        "CreateSemaphoreLease" => reply(call.create_semaphore_lease(parse(&bytes)?).await?),
+        "ReleaseSemaphore" => write::<ReleaseSemaphoreRequest>(&call, &bytes).await?,
+        "CreateSemaphoreLease" => {
+            write::<SemaphoreLeases<CreateLockLeaseRequest>>(&call, &bytes).await?
+        }
         "GetSemaphoreLease" => reply(call.get_semaphore_lease(parse(&bytes)?).await?),
-        "RefreshSemaphoreLease" => reply(call.refresh_semaphore_lease(parse(&bytes)?).await?),
-        "RevokeSemaphoreLease" => reply(call.revoke_semaphore_lease(parse(&bytes)?).await?),
+        "RefreshSemaphoreLease" => {
+            write::<SemaphoreLeases<RefreshLockLeaseRequest>>(&call, &bytes).await?
+        }
+        "RevokeSemaphoreLease" => write::<SemaphoreLeases<LeaseRequest>>(&call, &bytes).await?,
         "ListSemaphoreLeases" => reply(call.list_semaphore_leases(parse(&bytes)?).await?),
-        "CreateWaitGroup" => reply(call.create_wait_group(parse(&bytes)?).await?),
+        "CreateWaitGroup" => write::<CreateWaitGroupRequest>(&call, &bytes).await?,
         "GetWaitGroup" => reply(call.get_wait_group(parse(&bytes)?).await?),
-        "UpdateWaitGroup" => reply(call.update_wait_group(parse(&bytes)?).await?),
-        "DeleteWaitGroup" => reply(call.delete_wait_group(parse(&bytes)?).await?),
+        "UpdateWaitGroup" => write::<UpdateWaitGroupRequest>(&call, &bytes).await?,
+        "DeleteWaitGroup" => write::<WaitGroupRequest>(&call, &bytes).await?,
         "ListWaitGroups" => reply(call.list_wait_groups(parse(&bytes)?).await?),
-        "CompleteJobsFromWaitGroup" => reply(call.complete_jobs(parse(&bytes)?).await?),
+        "CompleteJobsFromWaitGroup" => {
+            write::<CompleteJobsFromWaitGroupRequest>(&call, &bytes).await?
+        }
         "ListWaitGroupCompletedJobs" => reply(call.list_completed_jobs(parse(&bytes)?).await?),
         "WaitForWaitGroup" => reply(call.wait_for_wait_group(parse(&bytes)?, ctx).await?),
-        "CreateBarrier" => reply(call.create_barrier(parse(&bytes)?).await?),
+        "CreateBarrier" => write::<CreateBarrierRequest>(&call, &bytes).await?,
         "GetBarrier" => reply(call.get_barrier(parse(&bytes)?).await?),
-        "UpdateBarrier" => reply(call.update_barrier(parse(&bytes)?).await?),
-        "DeleteBarrier" => reply(call.delete_barrier(parse(&bytes)?).await?),
+        "UpdateBarrier" => write::<UpdateBarrierRequest>(&call, &bytes).await?,
+        "DeleteBarrier" => write::<BarrierRequest>(&call, &bytes).await?,
         "ListBarriers" => reply(call.list_barriers(parse(&bytes)?).await?),
-        "ArriveAtBarrier" => reply(call.arrive_at_barrier(parse(&bytes)?).await?),
+        "ArriveAtBarrier" => write::<ArriveAtBarrierRequest>(&call, &bytes).await?,
         "WaitAtBarrier" => reply(call.wait_at_barrier(parse(&bytes)?, ctx).await?),
         "ListBarrierParticipants" => reply(call.list_barrier_participants(parse(&bytes)?).await?),
         // A registered method without an arm here: the drift tests (OpenAPI, every method
@@ -178,6 +194,12 @@ impl Call {
         super::decide::decide(&self.group, op, D).await
     }
 
+    /// Proposes a plain write and answers with its response.
+    pub(super) async fn submit<W: Write>(&self, request: W) -> Result<W::Answer, ApiError> {
+        request.check().map_err(core)?;
+        self.write_as(request.op()).await
+    }
+
     /// Proposes `op` and answers with the response its reply becomes.
     pub(super) async fn write_as<A: FromReply>(&self, op: HierOp) -> Result<A, ApiError> {
         answer(self.write(op).await?)
@@ -196,44 +218,11 @@ impl Call {
         result.map_err(core)
     }
 
-    async fn create_namespace(
-        &self,
-        r: CreateNamespaceRequest,
-    ) -> Result<NamespaceResponse, ApiError> {
-        let op = HierOp::CreateNamespace {
-            name: r.name,
-            description: r.description,
-            metadata: r.metadata,
-        };
-        self.write_as(op).await
-    }
-
     async fn get_namespace(&self, r: NamespaceRequest) -> Result<NamespaceResponse, ApiError> {
         let namespace = self
             .read(|h, p, _| h.get_namespace(p, &r.namespace_name))
             .await?;
         Ok(NamespaceResponse { namespace })
-    }
-
-    async fn update_namespace(
-        &self,
-        r: UpdateNamespaceRequest,
-    ) -> Result<NamespaceResponse, ApiError> {
-        validate::expected_version(r.expected_version).map_err(core)?;
-        let op = HierOp::UpdateNamespace {
-            name: r.namespace_name,
-            description: r.description,
-            metadata: r.metadata,
-            expected_version: r.expected_version,
-        };
-        self.write_as(op).await
-    }
-
-    async fn delete_namespace(&self, r: NamespaceRequest) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::DeleteNamespace {
-            name: r.namespace_name,
-        })
-        .await
     }
 
     async fn list_namespaces(
@@ -244,36 +233,6 @@ impl Call {
             .read(|h, p, _| h.list_namespaces(p, &r.pagination_token, r.limit))
             .await?;
         Ok(ListNamespacesResponse::from_page(page))
-    }
-
-    async fn create_lease(&self, r: CreateLockLeaseRequest) -> Result<LockLeaseResponse, ApiError> {
-        let op = HierOp::CreateLease {
-            namespace: r.namespace_name,
-            lease_id: new_lease_id(),
-            process_id: r.process_id,
-            ttl_seconds: r.ttl_seconds,
-        };
-        self.write_as(op).await
-    }
-
-    async fn refresh_lease(
-        &self,
-        r: RefreshLockLeaseRequest,
-    ) -> Result<LockLeaseResponse, ApiError> {
-        let op = HierOp::RefreshLease {
-            namespace: r.namespace_name,
-            lease_id: r.lease_id,
-            ttl_seconds: r.ttl_seconds,
-        };
-        self.write_as(op).await
-    }
-
-    async fn revoke_lease(&self, r: LeaseRequest) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::RevokeLease {
-            namespace: r.namespace_name,
-            lease_id: r.lease_id,
-        })
-        .await
     }
 
     async fn get_lease(&self, r: LeaseRequest) -> Result<LockLeaseResponse, ApiError> {
@@ -300,26 +259,6 @@ impl Call {
             })
             .await?;
         Ok(ListLockLeasesResponse::from_page(page))
-    }
-
-    async fn release(&self, r: ReleaseLockRequest) -> Result<LockResponse, ApiError> {
-        let op = HierOp::ReleaseLock {
-            namespace: r.namespace_name,
-            lock_name: r.lock_name,
-            lease_id: r.lease_id,
-        };
-        match self.write(op).await? {
-            Reply::Lock(lock) => Ok(LockResponse { lock }),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn delete_lock(&self, r: LockRequest) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::DeleteLock {
-            namespace: r.namespace_name,
-            lock_name: r.lock_name,
-        })
-        .await
     }
 
     async fn get_lock(&self, r: LockRequest) -> Result<LockResponse, ApiError> {
@@ -379,10 +318,7 @@ impl Call {
         r: &AcquireLockRequest,
         wait: Option<WaitSpec>,
     ) -> Result<AcquireReply, ApiError> {
-        match self.write(Self::acquire_op(r, wait)).await? {
-            Reply::Acquire(a) => Ok(a),
-            other => Err(unexpected(other)),
-        }
+        self.write_as(Self::acquire_op(r, wait)).await
     }
 
     /// Acquire. With `timeout_seconds > 0` an incompatible request joins the lock's
@@ -455,10 +391,7 @@ impl Call {
         let granted = self.wait_in_queue(&r, &spec.waiter_id, until).await?;
         let reply = match granted {
             Some(reply) => reply,
-            None => match self.write(cancel).await? {
-                Reply::Acquire(a) => a,
-                other => return Err(unexpected(other)),
-            },
+            None => self.write_as(cancel).await?,
         };
         guard.disarm();
         Ok(reply)
@@ -552,25 +485,4 @@ pub(super) enum Look<T> {
     Granted(T),
     /// Left the queue ungranted (cancelled, past its deadline, or could never be granted).
     Dropped,
-}
-
-pub(super) fn unexpected(reply: Reply) -> ApiError {
-    ApiError::new(
-        D,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("unexpected reply {reply:?}"),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_ids_have_the_documented_shape() {
-        let id = new_lease_id();
-        assert_eq!(id.len(), 31);
-        assert!(id.starts_with("ls_") && id[3..].chars().all(|c| c.is_ascii_alphanumeric()));
-        assert_ne!(id, new_lease_id());
-    }
 }

@@ -5,24 +5,22 @@
 //! same cancel at the deadline, same cancel when the client goes away).
 
 use raftlock_api::hierarchy::{
-    CreateLockLeaseRequest, EmptyResponse, LeaseRequest, ListLockLeasesRequest,
-    ListLockLeasesResponse, LockLeaseResponse, RefreshLockLeaseRequest,
+    LeaseRequest, ListLockLeasesRequest, ListLockLeasesResponse, LockLeaseResponse,
 };
 use raftlock_api::semaphores::{
-    AcquireSemaphoreRequest, AcquireSemaphoreResponse, CreateSemaphoreRequest,
-    ListSemaphoreHoldersRequest, ListSemaphoreHoldersResponse, ListSemaphoresRequest,
-    ListSemaphoresResponse, ReleaseSemaphoreRequest, SemaphoreRequest, SemaphoreResponse,
-    UpdateSemaphoreRequest,
+    AcquireSemaphoreRequest, AcquireSemaphoreResponse, ListSemaphoreHoldersRequest,
+    ListSemaphoreHoldersResponse, ListSemaphoresRequest, ListSemaphoresResponse, SemaphoreRequest,
+    SemaphoreResponse,
 };
 use raftlock_api::Listing;
 use raftlock_core::command::HierOp;
 use raftlock_core::hierarchy::{AcquireOutcome, QueuedAcquire, WaitSpec, WaitState};
-use raftlock_core::semaphores::{self, SemaphoreSpec, Semaphores};
+use raftlock_core::semaphores::{self, Semaphores};
 use raftlock_core::{validate, CoreError};
 
 use super::answers::answer;
 use super::errors::ApiError;
-use super::rpc::{core, new_lease_id, Call, Look, D};
+use super::rpc::{core, Call, Look, D};
 use super::wait::{new_waiter_id, time_left, CancelOnDrop, WaitContext};
 
 /// A call that did not get its permits while `permits` is below its weight (lowered while it
@@ -54,22 +52,6 @@ impl Call {
         result.map_err(core)
     }
 
-    pub(super) async fn create_semaphore(
-        &self,
-        r: CreateSemaphoreRequest,
-    ) -> Result<SemaphoreResponse, ApiError> {
-        self.write_as(HierOp::CreateSemaphore {
-            namespace: r.namespace_name,
-            name: r.semaphore_name,
-            spec: SemaphoreSpec {
-                description: r.description,
-                permits: r.permits,
-                metadata: r.metadata,
-            },
-        })
-        .await
-    }
-
     pub(super) async fn get_semaphore(
         &self,
         r: SemaphoreRequest,
@@ -81,34 +63,6 @@ impl Call {
             })
             .await?;
         Ok(SemaphoreResponse { semaphore })
-    }
-
-    pub(super) async fn update_semaphore(
-        &self,
-        r: UpdateSemaphoreRequest,
-    ) -> Result<SemaphoreResponse, ApiError> {
-        self.write_as(HierOp::UpdateSemaphore {
-            namespace: r.namespace_name,
-            name: r.semaphore_name,
-            spec: SemaphoreSpec {
-                description: r.description,
-                permits: r.permits,
-                metadata: r.metadata,
-            },
-            expected_version: r.expected_version,
-        })
-        .await
-    }
-
-    pub(super) async fn delete_semaphore(
-        &self,
-        r: SemaphoreRequest,
-    ) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::DeleteSemaphore {
-            namespace: r.namespace_name,
-            name: r.semaphore_name,
-        })
-        .await
     }
 
     pub(super) async fn list_semaphores(
@@ -137,31 +91,6 @@ impl Call {
         Ok(ListSemaphoreHoldersResponse::from_page(page))
     }
 
-    pub(super) async fn release_semaphore(
-        &self,
-        r: ReleaseSemaphoreRequest,
-    ) -> Result<SemaphoreResponse, ApiError> {
-        self.write_as(HierOp::ReleaseSemaphore {
-            namespace: r.namespace_name,
-            name: r.semaphore_name,
-            lease_id: r.lease_id,
-        })
-        .await
-    }
-
-    pub(super) async fn create_semaphore_lease(
-        &self,
-        r: CreateLockLeaseRequest,
-    ) -> Result<LockLeaseResponse, ApiError> {
-        self.write_as(HierOp::CreateSemaphoreLease {
-            namespace: r.namespace_name,
-            lease_id: new_lease_id(),
-            process_id: r.process_id,
-            ttl_seconds: r.ttl_seconds,
-        })
-        .await
-    }
-
     pub(super) async fn get_semaphore_lease(
         &self,
         r: LeaseRequest,
@@ -172,29 +101,6 @@ impl Call {
             })
             .await?;
         Ok(LockLeaseResponse { lease })
-    }
-
-    pub(super) async fn refresh_semaphore_lease(
-        &self,
-        r: RefreshLockLeaseRequest,
-    ) -> Result<LockLeaseResponse, ApiError> {
-        self.write_as(HierOp::RefreshSemaphoreLease {
-            namespace: r.namespace_name,
-            lease_id: r.lease_id,
-            ttl_seconds: r.ttl_seconds,
-        })
-        .await
-    }
-
-    pub(super) async fn revoke_semaphore_lease(
-        &self,
-        r: LeaseRequest,
-    ) -> Result<EmptyResponse, ApiError> {
-        self.write_as(HierOp::RevokeSemaphoreLease {
-            namespace: r.namespace_name,
-            lease_id: r.lease_id,
-        })
-        .await
     }
 
     pub(super) async fn list_semaphore_leases(
