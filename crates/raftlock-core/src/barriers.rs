@@ -195,9 +195,6 @@ impl Barriers {
         spec: &BarrierSpec,
         t: Nanos,
     ) -> Result<BarrierView> {
-        (self.records).check_new(project, ns, name, MAX_BARRIERS_PER_NAMESPACE)?;
-        let bytes = barrier_bytes(name, &spec.description, &spec.metadata);
-        (self.records).charge(project, bytes, MAX_BARRIER_BYTES_PER_PROJECT)?;
         let barrier = Barrier {
             description: spec.description.clone(),
             expected: spec.expected_processes,
@@ -211,10 +208,10 @@ impl Barriers {
             delete_inactive_after_seconds: spec.delete_inactive_after_seconds,
             metadata: spec.metadata.clone(),
         };
-        let view = barrier.view(name, t);
-        self.deletions
-            .insert(due(barrier.delete_at(), project, ns, name));
-        self.records.insert(project, ns, name, barrier);
+        let (view, delete_at) = (barrier.view(name, t), barrier.delete_at());
+        let limits = (MAX_BARRIERS_PER_NAMESPACE, MAX_BARRIER_BYTES_PER_PROJECT);
+        self.records.add((project, ns, name), barrier, limits)?;
+        self.deletions.insert(due(delete_at, project, ns, name));
         Ok(view)
     }
 
@@ -241,12 +238,8 @@ impl Barriers {
             }
             let old = barrier_bytes(name, &b.description, &b.metadata);
             let new = barrier_bytes(name, &spec.description, &spec.metadata);
-            if new > old {
-                let limit = MAX_BARRIER_BYTES_PER_PROJECT;
-                usage.check_room(project, new - old, limit, "barriers")?;
-            }
-            usage.refund(project, old);
-            usage.charge(project, new);
+            let limit = MAX_BARRIER_BYTES_PER_PROJECT;
+            usage.recharge(project, (old, new), limit, Barrier::PLURAL)?;
             let old_delete_at = b.delete_at();
             b.description = spec.description.clone();
             b.expected = spec.expected_processes;

@@ -196,6 +196,23 @@ impl ByteBudget {
         }
     }
 
+    /// A kept record's bytes go from `old` to `new`: refused, charging nothing, when the
+    /// growth does not fit within `limit` ([`ByteBudget::check_room`]).
+    pub fn recharge(
+        &mut self,
+        project: &str,
+        (old, new): (usize, usize),
+        limit: usize,
+        what: &str,
+    ) -> Result<(), crate::CoreError> {
+        if new > old {
+            self.check_room(project, new - old, limit, what)?;
+        }
+        self.refund(project, old);
+        self.charge(project, new);
+        Ok(())
+    }
+
     /// Gives back `bytes` charged to `project`.
     pub fn refund(&mut self, project: &str, bytes: usize) {
         if let Some(used) = self.used.get_mut(project) {

@@ -248,13 +248,7 @@ impl<R: Record> Spaces<R> {
 
     /// Refuses a create: `already_exists` for a taken name, `resource_exhausted` once the
     /// namespace holds `max` records.
-    pub fn check_new(
-        &self,
-        project: &str,
-        ns: &str,
-        name: &str,
-        max: usize,
-    ) -> Result<(), CoreError> {
+    fn check_new(&self, project: &str, ns: &str, name: &str, max: usize) -> Result<(), CoreError> {
         let records = self.space(project, ns);
         if records.is_some_and(|r| r.contains_key(name)) {
             return Err(CoreError::AlreadyExists(R::KIND.into()));
@@ -268,9 +262,19 @@ impl<R: Record> Spaces<R> {
         Ok(())
     }
 
-    /// Stores a new record (charged by the caller).
-    pub fn insert(&mut self, project: &str, ns: &str, name: &str, record: R) {
+    /// Stores a new record, charging its bytes: refused (storing nothing) for a taken name
+    /// or a full namespace ([`Spaces::check_new`], at most `max_records`), or when the project's
+    /// budget of `max_bytes` has no room for it.
+    pub fn add(
+        &mut self,
+        (project, ns, name): (&str, &str, &str),
+        record: R,
+        (max_records, max_bytes): (usize, usize),
+    ) -> Result<(), CoreError> {
+        self.check_new(project, ns, name, max_records)?;
+        self.charge(project, record.bytes(name), max_bytes)?;
         (self.spaces.entry(key(project, ns)).or_default()).insert(name.to_string(), record);
+        Ok(())
     }
 
     /// Runs `change` on the record with the project's budget. `change` must leave the record

@@ -219,9 +219,6 @@ impl WaitGroups {
                 "must be at least 60 s in the future",
             ));
         }
-        (self.records).check_new(project, ns, name, MAX_WAIT_GROUPS_PER_NAMESPACE)?;
-        let bytes = group_bytes(name, &spec.description, &spec.metadata);
-        (self.records).charge(project, bytes, MAX_WAIT_GROUP_BYTES_PER_PROJECT)?;
         let group = Group {
             description: spec.description.clone(),
             counter: spec.counter,
@@ -237,7 +234,11 @@ impl WaitGroups {
             metadata: spec.metadata.clone(),
         };
         let view = group.view(name, t);
-        self.records.insert(project, ns, name, group);
+        let limits = (
+            MAX_WAIT_GROUPS_PER_NAMESPACE,
+            MAX_WAIT_GROUP_BYTES_PER_PROJECT,
+        );
+        self.records.add((project, ns, name), group, limits)?;
         self.expiries
             .insert(due(spec.expires_at, project, ns, name));
         Ok(view)
@@ -274,12 +275,8 @@ impl WaitGroups {
             }
             let old = group_bytes(name, &g.description, &g.metadata);
             let new = group_bytes(name, &spec.description, &spec.metadata);
-            if new > old {
-                let limit = MAX_WAIT_GROUP_BYTES_PER_PROJECT;
-                usage.check_room(project, new - old, limit, "wait groups")?;
-            }
-            usage.refund(project, old);
-            usage.charge(project, new);
+            let limit = MAX_WAIT_GROUP_BYTES_PER_PROJECT;
+            usage.recharge(project, (old, new), limit, Group::PLURAL)?;
             let old_expiry = g.expires_at;
             g.description = spec.description.clone();
             g.counter = spec.counter;
