@@ -194,7 +194,7 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
     match args.cmd {
         AdminCmd::Project(ProjectCmd::Create { name, shard }) => {
             let p = client.create_project_on(&name, shard).await?;
-            conn.emit(&p, || show_project(&p));
+            conn.show(&p, show_project);
         }
         AdminCmd::Shard(ShardCmd::Create { members, if_absent }) => {
             let members = members.into_iter().collect();
@@ -240,7 +240,7 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
         }
         AdminCmd::Project(ProjectCmd::Get { name }) => {
             let p = client.get_project(&name).await?;
-            conn.emit(&p, || show_project(&p));
+            conn.show(&p, show_project);
         }
         AdminCmd::Project(ProjectCmd::Update {
             name,
@@ -257,7 +257,7 @@ pub async fn admin(args: AdminArgs) -> CmdResult {
                 hier_ops_per_minute,
             };
             let p = client.update_project(&name, update).await?;
-            conn.emit(&p, || show_project(&p));
+            conn.show(&p, show_project);
         }
         AdminCmd::Key(KeyCmd::Create {
             project,

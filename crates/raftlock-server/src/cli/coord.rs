@@ -185,6 +185,17 @@ fn show_group(g: &WaitGroup) -> String {
     )
 }
 
+fn group_row(g: &WaitGroup) -> Vec<String> {
+    let done = format!("{}/{}", g.completed_jobs, g.counter);
+    let status = json!(g.status).as_str().unwrap_or("").to_string();
+    vec![g.name.clone(), done, status]
+}
+
+fn barrier_row(b: &Barrier) -> Vec<String> {
+    let arrived = format!("{}/{}", b.arrived_processes, b.expected_processes);
+    vec![b.name.clone(), b.generation.to_string(), arrived]
+}
+
 fn show_barrier(b: &Barrier) -> String {
     format!(
         "barrier {}: generation {}, {} of {} arrived\n  version:       {}\n  last activity: {}",
@@ -220,11 +231,10 @@ pub async fn wg(args: WgArgs) -> CmdResult {
             let g = client
                 .create_wait_group(&namespace, &name, counter, expires_at, retention, meta)
                 .await?;
-            conn.emit(&g, || show_group(&g));
+            conn.show(&g, show_group);
         }
         WgCmd::Get(Named { namespace, name }) => {
-            let g = client.get_wait_group(&namespace, &name).await?;
-            conn.emit(&g, || show_group(&g));
+            conn.show(&client.get_wait_group(&namespace, &name).await?, show_group)
         }
         WgCmd::Update {
             at: Named { namespace, name },
@@ -243,7 +253,7 @@ pub async fn wg(args: WgArgs) -> CmdResult {
                 expected_version: Some(current.version),
             };
             let g = client.update_wait_group(&req).await?;
-            conn.emit(&g, || show_group(&g));
+            conn.show(&g, show_group);
         }
         WgCmd::Delete(Named { namespace, name }) => {
             client.delete_wait_group(&namespace, &name).await?;
@@ -253,11 +263,7 @@ pub async fn wg(args: WgArgs) -> CmdResult {
             let page = client
                 .list_wait_groups(&namespace, &paging.request())
                 .await?;
-            conn.emit_page(&page, &["NAME", "JOBS", "STATUS"], |g| {
-                let done = format!("{}/{}", g.completed_jobs, g.counter);
-                let status = json!(g.status).as_str().unwrap_or("").to_string();
-                vec![g.name.clone(), done, status]
-            });
+            conn.emit_page(&page, &["NAME", "JOBS", "STATUS"], group_row);
         }
         WgCmd::Complete {
             at: Named { namespace, name },
@@ -270,7 +276,7 @@ pub async fn wg(args: WgArgs) -> CmdResult {
                 })
                 .collect();
             let g = client.complete_jobs(&namespace, &name, jobs).await?;
-            conn.emit(&g, || show_group(&g));
+            conn.show(&g, show_group);
         }
         WgCmd::Jobs {
             at: Named { namespace, name },
@@ -317,11 +323,10 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
             let b = client
                 .create_barrier(&namespace, &name, expected, idle, Default::default())
                 .await?;
-            conn.emit(&b, || show_barrier(&b));
+            conn.show(&b, show_barrier);
         }
         BarrierCmd::Get(Named { namespace, name }) => {
-            let b = client.get_barrier(&namespace, &name).await?;
-            conn.emit(&b, || show_barrier(&b));
+            conn.show(&client.get_barrier(&namespace, &name).await?, show_barrier)
         }
         BarrierCmd::Update {
             at: Named { namespace, name },
@@ -338,7 +343,7 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
                 expected_version: Some(current.version),
             };
             let b = client.update_barrier(&req).await?;
-            conn.emit(&b, || show_barrier(&b));
+            conn.show(&b, show_barrier);
         }
         BarrierCmd::Delete(Named { namespace, name }) => {
             client.delete_barrier(&namespace, &name).await?;
@@ -346,10 +351,7 @@ pub async fn barrier(args: BarrierArgs) -> CmdResult {
         }
         BarrierCmd::List { namespace, paging } => {
             let page = client.list_barriers(&namespace, &paging.request()).await?;
-            conn.emit_page(&page, &["NAME", "GENERATION", "ARRIVED"], |b| {
-                let arrived = format!("{}/{}", b.arrived_processes, b.expected_processes);
-                vec![b.name.clone(), b.generation.to_string(), arrived]
-            });
+            conn.emit_page(&page, &["NAME", "GENERATION", "ARRIVED"], barrier_row);
         }
         BarrierCmd::Arrive {
             at: Named { namespace, name },

@@ -280,11 +280,11 @@ pub async fn ns(args: NsArgs) -> CmdResult {
             let ns = client
                 .create_namespace(&name, &description, parse_metadata(&metadata)?)
                 .await?;
-            conn.emit(&ns, || show_namespace(&ns));
+            conn.show(&ns, show_namespace);
         }
         NsCmd::Get { name } => {
             let ns = client.get_namespace(&name).await?;
-            conn.emit(&ns, || show_namespace(&ns));
+            conn.show(&ns, show_namespace);
         }
         NsCmd::Update {
             name,
@@ -308,7 +308,7 @@ pub async fn ns(args: NsArgs) -> CmdResult {
                 expected_version: Some(expected_version.unwrap_or(current.version)),
             };
             let ns = client.update_namespace(&req).await?;
-            conn.emit(&ns, || show_namespace(&ns));
+            conn.show(&ns, show_namespace);
         }
         NsCmd::Delete { name } => {
             client.delete_namespace(&name).await?;
@@ -345,7 +345,7 @@ pub(super) async fn run_lease(conn: &Conn, kind: LeaseMethods, cmd: LeaseCmd) ->
             let l = client
                 .lease_create(kind, &namespace, &process_id, Duration::from_secs(ttl))
                 .await?;
-            conn.emit(&l, || show_lease(&l));
+            conn.show(&l, show_lease);
         }
         LeaseCmd::Refresh {
             namespace,
@@ -355,7 +355,7 @@ pub(super) async fn run_lease(conn: &Conn, kind: LeaseMethods, cmd: LeaseCmd) ->
             let l = client
                 .lease_refresh(kind, &namespace, &lease_id, Duration::from_secs(ttl))
                 .await?;
-            conn.emit(&l, || show_lease(&l));
+            conn.show(&l, show_lease);
         }
         LeaseCmd::Revoke(LeaseAt {
             namespace,
@@ -371,7 +371,7 @@ pub(super) async fn run_lease(conn: &Conn, kind: LeaseMethods, cmd: LeaseCmd) ->
             lease_id,
         }) => {
             let l = client.lease_get(kind, &namespace, &lease_id).await?;
-            conn.emit(&l, || show_lease(&l));
+            conn.show(&l, show_lease);
         }
         LeaseCmd::List {
             namespace,
@@ -442,11 +442,11 @@ pub async fn hlock(args: HlockArgs) -> CmdResult {
             lease,
         } => {
             let l = client.release_lock(&namespace, &lock, &lease).await?;
-            conn.emit(&l, || show_lock(&l));
+            conn.show(&l, show_lock);
         }
         HlockCmd::Get { namespace, lock } => {
             let l = client.get_lock(&namespace, &lock).await?;
-            conn.emit(&l, || show_lock(&l));
+            conn.show(&l, show_lock);
         }
         HlockCmd::Delete { namespace, lock } => {
             client.delete_lock(&namespace, &lock).await?;

@@ -211,6 +211,11 @@ impl Conn {
         }
     }
 
+    /// [`Conn::emit`] with the human form made by `render`.
+    pub fn show<T: Serialize>(&self, value: &T, render: impl FnOnce(&T) -> String) {
+        self.emit(value, || render(value));
+    }
+
     /// Prints one page of a listing: the page as JSON, or a table of one row per item and
     /// the flag that fetches the next page.
     pub fn emit_page<T: Serialize>(

@@ -100,6 +100,11 @@ pub enum SemCmd {
     },
 }
 
+fn semaphore_row(s: &Semaphore) -> Vec<String> {
+    let held = format!("{}/{}", s.active_holds, s.permits);
+    vec![s.name.clone(), held, s.active_holders_count.to_string()]
+}
+
 fn show_semaphore(s: &Semaphore) -> String {
     let mut out = format!(
         "semaphore {}: {} of {} permits held by {}\n  description:   {}\n  version:       {}\n  created at:    {}\n  updated at:    {}\n  last activity: {}",
@@ -142,12 +147,12 @@ pub async fn sem(args: SemArgs) -> CmdResult {
             let s = client
                 .create_semaphore(&namespace, &name, &description, permits, meta)
                 .await?;
-            conn.emit(&s, || show_semaphore(&s));
+            conn.show(&s, show_semaphore);
         }
-        SemCmd::Get(Named { namespace, name }) => {
-            let s = client.get_semaphore(&namespace, &name).await?;
-            conn.emit(&s, || show_semaphore(&s));
-        }
+        SemCmd::Get(Named { namespace, name }) => conn.show(
+            &client.get_semaphore(&namespace, &name).await?,
+            show_semaphore,
+        ),
         SemCmd::Update {
             at: Named { namespace, name },
             permits,
@@ -170,7 +175,7 @@ pub async fn sem(args: SemArgs) -> CmdResult {
                 expected_version: Some(expected_version.unwrap_or(current.version)),
             };
             let s = client.update_semaphore(&req).await?;
-            conn.emit(&s, || show_semaphore(&s));
+            conn.show(&s, show_semaphore);
         }
         SemCmd::Delete(Named { namespace, name }) => {
             client.delete_semaphore(&namespace, &name).await?;
@@ -180,10 +185,7 @@ pub async fn sem(args: SemArgs) -> CmdResult {
             let page = client
                 .list_semaphores(&namespace, &paging.request())
                 .await?;
-            conn.emit_page(&page, &["NAME", "HELD", "HOLDERS"], |s| {
-                let held = format!("{}/{}", s.active_holds, s.permits);
-                vec![s.name.clone(), held, s.active_holders_count.to_string()]
-            });
+            conn.emit_page(&page, &["NAME", "HELD", "HOLDERS"], semaphore_row);
         }
         SemCmd::Holders {
             at: Named { namespace, name },
@@ -233,7 +235,7 @@ pub async fn sem(args: SemArgs) -> CmdResult {
             lease,
         } => {
             let s = client.release_semaphore(&namespace, &name, &lease).await?;
-            conn.emit(&s, || show_semaphore(&s));
+            conn.show(&s, show_semaphore);
         }
         SemCmd::Lease { cmd } => return run_lease(&conn, SEMAPHORE_LEASES, cmd).await,
     }
