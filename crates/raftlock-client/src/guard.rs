@@ -25,6 +25,28 @@ use crate::error::Result;
 use crate::locks::{Acquire, Lease, LockToken, Release, Renew};
 use crate::transport::Client;
 
+/// `cancellation()`, `cancelled()` and `is_cancelled()` of a handle (a [`LockGuard`], a
+/// [`LeaseKeeper`](crate::keeper::LeaseKeeper)) whose `cancel` token fires once `$when`.
+macro_rules! cancellation_accessors {
+    ($when:literal) => {
+        #[doc = concat!("Cancelled once ", $when, ".")]
+        pub fn cancellation(&self) -> &CancellationToken {
+            &self.cancel
+        }
+
+        #[doc = concat!("Resolves once ", $when, ".")]
+        pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+            self.cancel.cancelled()
+        }
+
+        #[doc = concat!("True once ", $when, ".")]
+        pub fn is_cancelled(&self) -> bool {
+            self.cancel.is_cancelled()
+        }
+    };
+}
+pub(crate) use cancellation_accessors;
+
 /// Why an acquire did not get the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -127,20 +149,10 @@ impl LockGuard {
         self.token
     }
 
-    /// Cancelled when ownership is lost, the lease expires unrenewed, or it is released.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
-    }
-
-    /// Resolves when [`LockGuard::cancellation`] is cancelled.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
-    }
-
-    /// True once the lock can no longer be trusted.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
+    cancellation_accessors!(
+        "the lock can no longer be trusted: its ownership is lost, its lease expires \
+         unrenewed, or it is released"
+    );
 
     /// Expiry confirmed by the latest successful acquire or renewal.
     pub fn expires_at(&self) -> SystemTime {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::Result;
-use crate::guard::{keep_alive, local_deadline, Renewal};
+use crate::guard::{cancellation_accessors, keep_alive, local_deadline, Renewal};
 use crate::hierarchy::{AcquireLockRequest, AcquireLockResponse, Lock, LockLease, Metadata, Nanos};
 use crate::transport::Client;
 
@@ -113,20 +113,7 @@ impl LeaseKeeper {
         self.state.lock().expect("keeper state").lease.clone()
     }
 
-    /// Cancelled when the lease is lost (or revoked).
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
-    }
-
-    /// Resolves when the lease is lost.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
-    }
-
-    /// True once the lease is lost.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
+    cancellation_accessors!("the lease is lost (or revoked)");
 
     /// Why the lease was lost, once it is.
     pub fn loss_reason(&self) -> Option<LeaseLoss> {
