@@ -294,7 +294,8 @@ impl Group {
     /// what this node's log grew by since its last snapshot against `--snapshot-logs`,
     /// `--snapshot-bytes` and the size of the last snapshot file, and asks openraft for a
     /// snapshot when one is due; the snapshot lets the log be purged (whole WAL segments are
-    /// deleted).
+    /// deleted). On the same beat the log store lets go of the decoded entries older than
+    /// [`raftlock_raft::log_store::DECODED_TAIL_AGE`].
     pub fn spawn_compactor(self: &Arc<Self>, policy: SnapshotPolicy) {
         let node = Arc::clone(self);
         let snapshot_file = node.dir.join(raftlock_raft::state_machine::SNAPSHOT_FILE);
@@ -311,6 +312,7 @@ impl Group {
                 if node.is_stopping() {
                     return;
                 }
+                node.log.release_aged_tail();
                 let (snapshot, applied) = {
                     let m = node.raft.metrics();
                     let m = m.borrow();

@@ -216,21 +216,40 @@ impl LogContents {
         self.evict();
     }
 
-    /// Moves the oldest decoded entries beyond the tail's weight to `evicted` (keeping at least
-    /// the newest), as long as a frame they can be read back from is known.
+    /// Moves the oldest decoded entries beyond the tail's weight to `evicted`
+    /// ([`Self::evict_oldest_while`]).
     fn evict(&mut self) {
+        let tail = self.decoded_tail;
+        self.evict_oldest_while(|weight, _| weight > tail);
+    }
+
+    /// Stops keeping decoded the entries up to `index` (a log store releases the entries
+    /// older than a few seconds: replication and apply have read them), as far as
+    /// [`Self::evict_oldest_while`] may. Returns them, for the caller to drop once it no
+    /// longer holds the log's lock (a second's worth of entries takes a while to free).
+    pub fn evict_upto(&mut self, index: u64) -> Vec<Entry> {
+        self.evict_oldest_while(|_, oldest| oldest <= index)
+    }
+
+    /// Moves the oldest decoded entry to `evicted` while `more(decoded weight, its index)`
+    /// holds, keeping at least the newest, and only entries a known frame can read back.
+    /// Returns the entries it moved.
+    fn evict_oldest_while(&mut self, more: impl Fn(usize, u64) -> bool) -> Vec<Entry> {
         let on_disk_upto = self.frames.values().next_back().map(|f| f.last);
-        while self.decoded_weight > self.decoded_tail && self.entries.len() > 1 {
+        let mut gone = Vec::new();
+        while self.entries.len() > 1 {
             let Some((&index, _)) = self.entries.first_key_value() else {
-                return;
+                break;
             };
-            if on_disk_upto.is_none_or(|upto| index > upto) {
-                return;
+            if !more(self.decoded_weight, index) || on_disk_upto.is_none_or(|upto| index > upto) {
+                break;
             }
             let (_, entry) = self.entries.pop_first().expect("a first entry");
             self.decoded_weight -= entry_weight(&entry);
             self.evicted.push_back(entry.log_id);
+            gone.push(entry);
         }
+        gone
     }
 
     /// The summed [`entry_weight`] of the entries kept decoded.
