@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::fs::File;
 use std::ops::RangeBounds;
-use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::sync::{mpsc, Arc, Mutex, RwLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -40,11 +40,12 @@ use crate::fs::Dir;
 use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::wal::{self, LogContents, PendingFrame, Wal, WalOpRef};
 
-/// How long an entry stays decoded after its append (within [`wal::DECODED_TAIL_OPS`]):
-/// replication and apply read it within moments; a follower further behind reads it back
-/// from its frame. Without an age, a group that went quiet kept its last 32,768 ops decoded
-/// for good: 8–11 MiB of heap per group that was ever busy (measured with 1M locks held:
-/// 165 → 154 MiB on a one-group node, 88–94 → 83 on a node of a two-shard cluster).
+/// The age at which a decoded entry is released (checked once a second, so 3–4 s after its
+/// append; within [`wal::DECODED_TAIL_OPS`] either way): replication and apply read it within
+/// moments, and a follower further behind reads it back from its frame. Without an age, a
+/// group that went quiet kept its last 32,768 ops decoded for good: 8–11 MiB of heap per
+/// group that was ever busy (measured with 1M locks held: 165 → 153 MiB on a one-group node,
+/// 88–94 → 83 on a node of a two-shard cluster).
 pub const DECODED_TAIL_AGE: Duration = Duration::from_secs(3);
 
 /// Name of the vote file in the data directory.
@@ -220,10 +221,19 @@ impl LogStore {
             }
             aged
         };
-        if let Some(index) = aged {
-            let released = self.mem_mut().evict_upto(index);
-            drop(released); // freed after the lock is let go: readers and appends wait less
-        }
+        let Some(index) = aged else {
+            return;
+        };
+        // Called on a runtime worker: while a reader holds the log (a follower fed from
+        // disk), skip this second rather than wait; a later mark covers these entries.
+        let mut mem = match self.inner.mem.try_write() {
+            Ok(mem) => mem,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let released = mem.evict_upto(index);
+        drop(mem);
+        drop(released); // freed after the lock is let go: readers and appends wait less
     }
 
     /// How long the WAL write + sync in progress has taken so far; `None` when none is.

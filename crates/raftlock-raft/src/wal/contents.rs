@@ -62,8 +62,9 @@ pub struct FrameLoc {
 #[derive(Debug, Clone)]
 pub struct LogContents {
     /// The newest entries, by index, without holes: the newest that fit in
-    /// [`Self::decoded_tail`] (at least one), and every one whose frame's place is not yet
-    /// known (its write is in flight). Changed only by the methods below, which keep
+    /// [`Self::decoded_tail`] and were not released for their age ([`Self::evict_upto`]; at
+    /// least one), and every one whose frame's place is not yet known (its write is in
+    /// flight). Changed only by the methods below, which keep
     /// `decoded_weight` in step.
     pub(crate) entries: BTreeMap<u64, Entry>,
     /// The summed [`entry_weight`] of `entries`.

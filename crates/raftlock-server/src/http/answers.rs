@@ -1,6 +1,6 @@
 //! What an applied write's [`Reply`] becomes on the wire: each `/v1beta` response type says
-//! which reply it is made from, once, and every write handler asks for the type it answers
-//! with ([`answer`], `Call::write_as`).
+//! which reply it is made from, once; a write asks for the type it answers with
+//! ([`answer`], `Call::write_as`; a plain write's type is its `Write::Answer`).
 
 use axum::http::StatusCode;
 use raftlock_api::barriers::{ArriveAtBarrierResponse, BarrierResponse};

@@ -1,9 +1,10 @@
 //! What each plain `/v1beta` write proposes: its request's fields as one [`HierOp`], and the
 //! response type its reply becomes ([`FromReply`]).
 //!
-//! A plain write has nothing else to do at the edge — the op's `validate` checks its shape
-//! (`Call::write`), apply decides the rest — so dispatch sends it through `Call::submit`
-//! without a handler of its own. Only the writes that wait (`AcquireLock`, `AcquireSemaphore`)
+//! A plain write has nothing to do at the edge beyond its op's `validate` (`Call::write`;
+//! apply decides the rest) and, for `UpdateNamespace` alone, a check that must stay out of
+//! apply ([`Write::check`]) — so dispatch sends it through `Call::submit` without a handler
+//! of its own. Only the writes that wait (`AcquireLock`, `AcquireSemaphore`)
 //! keep one.
 
 use raftlock_api::barriers::{
