@@ -221,7 +221,7 @@ impl LogContents {
     /// ([`Self::evict_oldest_while`]).
     fn evict(&mut self) {
         let tail = self.decoded_tail;
-        self.evict_oldest_while(|weight, _| weight > tail);
+        self.evict_oldest_while(|weight, _| weight > tail, drop);
     }
 
     /// Stops keeping decoded the entries up to `index` (a log store releases the entries
@@ -229,15 +229,21 @@ impl LogContents {
     /// [`Self::evict_oldest_while`] may. Returns them, for the caller to drop once it no
     /// longer holds the log's lock (a second's worth of entries takes a while to free).
     pub fn evict_upto(&mut self, index: u64) -> Vec<Entry> {
-        self.evict_oldest_while(|_, oldest| oldest <= index)
+        let mut gone = Vec::new();
+        self.evict_oldest_while(|_, oldest| oldest <= index, |entry| gone.push(entry));
+        gone
     }
 
     /// Moves the oldest decoded entry to `evicted` while `more(decoded weight, its index)`
     /// holds, keeping at least the newest, and only entries a known frame can read back.
-    /// Returns the entries it moved.
-    fn evict_oldest_while(&mut self, more: impl Fn(usize, u64) -> bool) -> Vec<Entry> {
+    /// Hands each entry it moved to `gone` (the append path drops them at once; no list is
+    /// built on it).
+    fn evict_oldest_while(
+        &mut self,
+        more: impl Fn(usize, u64) -> bool,
+        mut gone: impl FnMut(Entry),
+    ) {
         let on_disk_upto = self.frames.values().next_back().map(|f| f.last);
-        let mut gone = Vec::new();
         while self.entries.len() > 1 {
             let Some((&index, _)) = self.entries.first_key_value() else {
                 break;
@@ -248,9 +254,8 @@ impl LogContents {
             let (_, entry) = self.entries.pop_first().expect("a first entry");
             self.decoded_weight -= entry_weight(&entry);
             self.evicted.push_back(entry.log_id);
-            gone.push(entry);
+            gone(entry);
         }
-        gone
     }
 
     /// The summed [`entry_weight`] of the entries kept decoded.
