@@ -404,9 +404,15 @@ async fn async_main(cmd: Cmd) -> anyhow::Result<()> {
             clients,
             ttl,
         } => {
-            let leader = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
-            let key =
-                raftlock_project(&leader, &platform_token, &format!("mem-{}", unix_secs())).await?;
+            let meta = find_leader(System::Raftlock, &endpoints, Duration::from_secs(30)).await?;
+            let name = format!("mem-{}", unix_secs());
+            let key = raftlock_project(&meta, &platform_token, &name).await?;
+            // Straight to the leader of the shard raftlock placed it on, as a one-group
+            // cluster's load goes to its leader: what is measured is holding the locks, not a
+            // node forwarding the load to another.
+            let leader = scaleout::leader_of_project(&endpoints, &platform_token, &name)
+                .await?
+                .unwrap_or(meta);
             let target = Target {
                 system: System::Raftlock,
                 leader,

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use hyper::{Method, StatusCode};
 use serde_json::Value;
 
@@ -56,18 +56,23 @@ fn evenly_led(shards: &[ShardLeader], nodes: usize) -> bool {
     most <= fewest + 1
 }
 
-/// Every data shard's leader as its members see it; `None` while one has none.
+/// Every data shard's leader as its members see it; `None` while one has none or no node
+/// answered.
 async fn leaders_once(
     endpoints: &[String],
     platform: &str,
 ) -> anyhow::Result<Option<Vec<ShardLeader>>> {
     let mut shards: Vec<ShardLeader> = Vec::new();
     let mut ids: Vec<u32> = Vec::new();
+    let mut answered = false;
     for ep in endpoints {
-        let (status, body) = Conn::new(ep, Some(platform))
+        // A node that does not answer yet (just started, or busy) is asked again next round.
+        let Ok((status, body)) = Conn::new(ep, Some(platform))
             .call(Method::GET, "/admin/v1/shards", &[], "")
             .await
-            .with_context(|| format!("listing shards on {ep}"))?;
+        else {
+            continue;
+        };
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if status == StatusCode::NOT_FOUND {
             return Ok(Some(Vec::new())); // a release before shards
@@ -75,6 +80,7 @@ async fn leaders_once(
         if status != StatusCode::OK {
             continue;
         }
+        answered = true;
         for s in v["shards"].as_array().into_iter().flatten() {
             let Some(id) = s["id"].as_u64().map(|id| id as u32) else {
                 continue;
@@ -96,11 +102,61 @@ async fn leaders_once(
             }
         }
     }
-    if shards.len() < ids.len() {
+    if !answered || shards.len() < ids.len() {
         return Ok(None);
     }
     shards.sort_by_key(|s| s.shard);
     Ok(Some(shards))
+}
+
+/// The address of the leader of the data shard that holds project `name`, waiting up to
+/// 30 s for it to have one; `None` when the project is on the meta group (a cluster without
+/// data shards, or a release before them).
+pub async fn leader_of_project(
+    endpoints: &[String],
+    platform: &str,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let shard = shard_of_project(endpoints, platform, name).await?;
+    let Some(shard) = shard else {
+        return Ok(None);
+    };
+    let shards = shard_leaders(endpoints, platform, false, Duration::from_secs(30)).await?;
+    Ok(shards
+        .into_iter()
+        .find(|s| s.shard == shard)
+        .map(|s| s.leader))
+}
+
+/// The data shard project `name` is placed on, as the first endpoint that answers lists it
+/// (`None`: on the meta group).
+async fn shard_of_project(
+    endpoints: &[String],
+    platform: &str,
+    name: &str,
+) -> anyhow::Result<Option<u32>> {
+    for ep in endpoints {
+        let Ok((StatusCode::OK, body)) = Conn::new(ep, Some(platform))
+            .call(Method::GET, "/admin/v1/shards", &[], "")
+            .await
+        else {
+            continue;
+        };
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let holds = |s: &&Value| {
+            s["projects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p == name)
+        };
+        let shard = v["shards"].as_array().into_iter().flatten().find(holds);
+        return Ok(shard
+            .and_then(|s| s["id"].as_u64())
+            .map(|id| id as u32)
+            .filter(|&id| id != 0));
+    }
+    bail!("no endpoint listed the shards")
 }
 
 /// The targets of a run named `run`: a project on each data shard at its leader, or one
