@@ -5,8 +5,8 @@
 #   1. one group: a 3-node cluster (no data shard) holds N project locks in one project;
 #   2. two data shards on six nodes (`raftlock dev --nodes 6 --shards 2`: nodes 1-3 and 4-6)
 #      hold the same N locks in two projects, N/2 on each shard.
-#   For each, the peak RSS of every node once the locks are held; the figure is the largest
-#   node of (2) against the largest of (1).
+#   For each, the RSS of every node 5 s after the locks are held, and its peak (VmHWM, the
+#   load included); the figures are the largest node of (2) against the largest of (1).
 # throughput — write rate with every node a small machine of its own: each node's process
 #   is capped at SCALEOUT_CPUS of a core (a cgroup of its own: cpu.max, or cfs_quota_us on
 #   cgroup v1), so the nodes do not share these cores' spare time. 3 nodes, 64 clients
@@ -38,6 +38,8 @@ BASE_REV=${SCALEOUT_BASELINE_REV-c4ecf19}
 
 log() { echo "[scaleout] $*" >&2; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
+# peak_mib PID: the most the process was ever resident (VmHWM), loading included.
+peak_mib() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
 log "building release binaries"
 cargo build --release -p raftlock-server -p raftlock-bench
@@ -87,11 +89,11 @@ load() {
   sleep 1.1 # project names carry the second
 }
 
-# rss NODES DIR: every node's RSS in MiB, space-separated.
+# rss NODES DIR [FN]: every node's RSS in MiB (or FN's figure: peak_mib), space-separated.
 rss() {
-  local out=()
+  local out=() of=${3:-rss_mib}
   for ((i = 1; i <= $1; i++)); do
-    out+=("$(rss_mib "$(pgrep -f "serve --node-id $i .*--data-dir $2/$i" | head -1)")")
+    out+=("$($of "$(pgrep -f "serve --node-id $i .*--data-dir $2/$i" | head -1)")")
   done
   echo "${out[*]}"
 }
@@ -125,6 +127,7 @@ start 3 0 7301
 load 3 7301 "$LOCKS"
 sleep 5
 ONE=$(rss 3 "$WORK/n3-s0")
+ONE_PEAK=$(rss 3 "$WORK/n3-s0" peak_mib)
 stop
 
 log "two data shards on 6 nodes, $LOCKS locks over two projects"
@@ -133,19 +136,23 @@ load 6 7401 $((LOCKS / 2))
 load 6 7401 $((LOCKS / 2))
 sleep 5
 TWO=$(rss 6 "$WORK/n6-s2")
+TWO_PEAK=$(rss 6 "$WORK/n6-s2" peak_mib)
 SHARDS=$("$BIN/raftlock" admin --endpoints 127.0.0.1:7401 --platform-token "$TOKEN" shard list)
 stop
 
 ONE_MAX=$(echo "$ONE" | max)
 TWO_MAX=$(echo "$TWO" | max)
 RATIO=$(awk -v a="$TWO_MAX" -v b="$ONE_MAX" 'BEGIN { printf "%.2f", a / b }')
+ONE_PEAK_MAX=$(echo "$ONE_PEAK" | max)
+TWO_PEAK_MAX=$(echo "$TWO_PEAK" | max)
+PEAK_RATIO=$(awk -v a="$TWO_PEAK_MAX" -v b="$ONE_PEAK_MAX" 'BEGIN { printf "%.2f", a / b }')
 cat <<MD
 ## Scale-out: memory per node ($LOCKS held project locks)
 
-| cluster | RSS per node (MiB) | largest node |
-|---|---|---|
-| 3 nodes, one group | $ONE | $ONE_MAX MiB |
-| 6 nodes, two data shards of 3 | $TWO | $TWO_MAX MiB ($RATIO×) |
+| cluster | RSS per node, locks held (MiB) | largest node | peak while loading (MiB) | largest peak |
+|---|---|---|---|---|
+| 3 nodes, one group | $ONE | $ONE_MAX MiB | $ONE_PEAK | $ONE_PEAK_MAX MiB |
+| 6 nodes, two data shards of 3 | $TWO | $TWO_MAX MiB ($RATIO×) | $TWO_PEAK | $TWO_PEAK_MAX MiB ($PEAK_RATIO×) |
 
 \`\`\`
 $SHARDS
