@@ -40,13 +40,13 @@ use crate::fs::Dir;
 use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::wal::{self, LogContents, PendingFrame, Wal, WalOpRef};
 
-/// The age at which a decoded entry is released (checked once a second, so 3–4 s after its
+/// The age at which a decoded entry is released (checked once a second, so 1–2 s after its
 /// append; within [`wal::DECODED_TAIL_OPS`] either way): replication and apply read it within
 /// moments, and a follower further behind reads it back from its frame. Without an age, a
-/// group that went quiet kept its last 32,768 ops decoded for good: 8–11 MiB of heap per
-/// group that was ever busy (measured with 1M locks held: 165 → 153 MiB on a one-group node,
-/// 88–94 → 83 on a node of a two-shard cluster).
-pub const DECODED_TAIL_AGE: Duration = Duration::from_secs(3);
+/// group that went quiet kept its last ops decoded for good: 8–11 MiB of heap per group that
+/// was ever busy when the tail was 32,768 ops (measured with 1M locks held: 165 → 153 MiB on a
+/// one-group node, 88–94 → 83 on a node of a two-shard cluster).
+pub const DECODED_TAIL_AGE: Duration = Duration::from_secs(1);
 
 /// Name of the vote file in the data directory.
 pub const VOTE_FILE: &str = "vote";
@@ -197,7 +197,7 @@ impl LogStore {
 
     /// Stops keeping decoded the entries appended more than [`DECODED_TAIL_AGE`] ago, as
     /// these calls see it (a group's compactor makes one a second, so an entry leaves memory
-    /// 3–4 s after its append, or earlier when newer ones outweigh it).
+    /// 1–2 s after its append, or earlier when newer ones outweigh it).
     pub fn release_aged_tail(&self) {
         self.release_tail_older_than(Instant::now(), DECODED_TAIL_AGE);
     }
@@ -283,13 +283,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         // meanwhile; on a blocking thread, so no runtime worker waits for the disk.
         let inner = self.inner.clone();
         let owned = (range.start_bound().cloned(), range.end_bound().cloned());
-        tokio::task::spawn_blocking(move || {
+        let entries = tokio::task::spawn_blocking(move || {
             let mem = inner.mem.read().unwrap_or_else(|p| p.into_inner());
             mem.read(&*inner.dir, owned)
         })
         .await
         .map_err(|e| read_err(StoreError::io("write-ahead log", std::io::Error::other(e))))?
-        .map_err(|e| read_err(e).into())
+        .map_err(read_err)?;
+        // Counted so an operator sees when the decoded tail is too short for the load.
+        metrics::counter!("raftlock_log_entries_read_from_disk_total")
+            .increment(entries.len() as u64);
+        Ok(entries)
     }
 }
 

@@ -238,6 +238,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Bytes written to the write-ahead log.",
     ),
     (
+        "raftlock_log_entries_read_from_disk_total",
+        Kind::Counter,
+        "Log entries returned by reads that reached back past the decoded tail (the newest 8,192 ops, for 1-2 s) and so went to the WAL on disk: a follower catching up. Growing while every member is up means replication falls behind by more than the tail.",
+    ),
+    (
         "raftlock_startup_seconds",
         Kind::Gauge,
         "How long each phase of this process's start took (label phase: wal_replay, snapshot_restore and raft_start per group; ready, from the start until the node was a member knowing its leader, on shard 0).",

@@ -20,13 +20,16 @@ use crate::typ::{Entry, LogId};
 /// asked for (a follower catching up): the log between two snapshots of a large state is
 /// ~50 MB on disk and ~4x that decoded, and keeping all of it made each node's memory climb by
 /// ~200 MiB between snapshots. Replication and apply read entries within moments of their
-/// append, from this tail: 32,768 ops is ~3 s of writes at 10,000 ops/s.
+/// append, from this tail: 8,192 ops is ~0.5 s of writes at a node's full rate (~17,000
+/// ops/s). It was 32,768: while writing at full speed a leader then held ~12 MiB more heap
+/// than it needed, about half of what a sharded node's peak RSS exceeded its
+/// resting figure by (docs/benchmarks.md, *Scale-out: memory*).
 ///
 /// Counted in ops, not entries, because an entry is a proposer batch whose size follows the
 /// disk: when fsyncs slow down, batches grow, and a tail of a fixed number of entries grew with
 /// them (4,096 entries held 9-15 MiB as batches went from ~8 to ~11 ops in a soak, and the
 /// node's RSS drifted up by 11 %).
-pub const DECODED_TAIL_OPS: usize = 32_768;
+pub const DECODED_TAIL_OPS: usize = 8_192;
 
 /// What one decoded entry counts against [`DECODED_TAIL_OPS`]: its ops, plus one for the entry
 /// itself (a blank or membership entry weighs 1).
