@@ -129,18 +129,20 @@ pub async fn leader_of_project(
 }
 
 /// The data shard project `name` is placed on, as the first endpoint that answers lists it
-/// (`None`: on the meta group).
+/// (`None`: on the meta group, or a release before shards).
 async fn shard_of_project(
     endpoints: &[String],
     platform: &str,
     name: &str,
 ) -> anyhow::Result<Option<u32>> {
     for ep in endpoints {
-        let Ok((StatusCode::OK, body)) = Conn::new(ep, Some(platform))
+        let body = match Conn::new(ep, Some(platform))
             .call(Method::GET, "/admin/v1/shards", &[], "")
             .await
-        else {
-            continue;
+        {
+            Ok((StatusCode::OK, body)) => body,
+            Ok((StatusCode::NOT_FOUND, _)) => return Ok(None), // a release before shards
+            _ => continue,
         };
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let holds = |s: &&Value| {
