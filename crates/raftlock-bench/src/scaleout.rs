@@ -14,11 +14,13 @@ use serde_json::Value;
 use crate::conn::Conn;
 use crate::systems::{find_leader, raftlock_project_on, System, Target};
 
-/// One shard the benchmark drives: its id and the address of its leader.
+/// One shard the benchmark drives: its id, the address of its leader and the projects placed
+/// on it.
 #[derive(Debug, Clone)]
 pub struct ShardLeader {
     pub shard: u32,
     pub leader: String,
+    pub projects: Vec<String>,
 }
 
 /// The data shards of the cluster and their leaders, waiting up to `wait` for each to have
@@ -97,6 +99,7 @@ async fn leaders_once(
                     shards.push(ShardLeader {
                         shard: id,
                         leader: addr.clone(),
+                        projects: project_names(s),
                     });
                 }
             }
@@ -109,56 +112,25 @@ async fn leaders_once(
     Ok(Some(shards))
 }
 
+/// The names in a shard's `projects` list.
+fn project_names(shard: &Value) -> Vec<String> {
+    let names = shard["projects"].as_array().into_iter().flatten();
+    names.filter_map(|p| p.as_str().map(String::from)).collect()
+}
+
 /// The address of the leader of the data shard that holds project `name`, waiting up to
-/// 30 s for it to have one; `None` when the project is on the meta group (a cluster without
-/// data shards, or a release before them).
+/// 30 s for every data shard to have one; `None` when the project is on the meta group (a
+/// cluster without data shards, or a release before them).
 pub async fn leader_of_project(
     endpoints: &[String],
     platform: &str,
     name: &str,
 ) -> anyhow::Result<Option<String>> {
-    let shard = shard_of_project(endpoints, platform, name).await?;
-    let Some(shard) = shard else {
-        return Ok(None);
-    };
     let shards = shard_leaders(endpoints, platform, false, Duration::from_secs(30)).await?;
-    Ok(shards
+    let holder = shards
         .into_iter()
-        .find(|s| s.shard == shard)
-        .map(|s| s.leader))
-}
-
-/// The data shard project `name` is placed on, as the first endpoint that answers lists it
-/// (`None`: on the meta group, or a release before shards).
-async fn shard_of_project(
-    endpoints: &[String],
-    platform: &str,
-    name: &str,
-) -> anyhow::Result<Option<u32>> {
-    for ep in endpoints {
-        let body = match Conn::new(ep, Some(platform))
-            .call(Method::GET, "/admin/v1/shards", &[], "")
-            .await
-        {
-            Ok((StatusCode::OK, body)) => body,
-            Ok((StatusCode::NOT_FOUND, _)) => return Ok(None), // a release before shards
-            _ => continue,
-        };
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let holds = |s: &&Value| {
-            s["projects"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|p| p == name)
-        };
-        let shard = v["shards"].as_array().into_iter().flatten().find(holds);
-        return Ok(shard
-            .and_then(|s| s["id"].as_u64())
-            .map(|id| id as u32)
-            .filter(|&id| id != 0));
-    }
-    bail!("no endpoint listed the shards")
+        .find(|s| s.projects.iter().any(|p| p == name));
+    Ok(holder.map(|s| s.leader))
 }
 
 /// The targets of a run named `run`: a project on each data shard at its leader, or one
