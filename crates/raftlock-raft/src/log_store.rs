@@ -602,6 +602,87 @@ mod tests {
         assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), all);
     }
 
+    /// Records one counter, `name`, and drops every other metric: what a test reads the
+    /// store's counter through.
+    struct OneCounter {
+        name: &'static str,
+        value: Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl metrics::Recorder for OneCounter {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            key: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            if key.name() == self.name {
+                metrics::Counter::from_arc(self.value.clone())
+            } else {
+                metrics::Counter::noop()
+            }
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    /// `raftlock_log_entries_read_from_disk_total` counts the entries a read took from the WAL
+    /// (older than the decoded tail), and nothing for a read the tail answered: an operator
+    /// reads it to see whether the tail is too short for the load.
+    #[test]
+    fn entries_read_back_from_disk_are_counted() {
+        let recorder = OneCounter {
+            name: "raftlock_log_entries_read_from_disk_total",
+            value: Arc::default(),
+        };
+        let read_from_disk = || recorder.value.load(std::sync::atomic::Ordering::Relaxed);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                let disk = SimDir::new();
+                let mut store =
+                    LogStore::open_keeping(Arc::new(disk.clone()), 1 << 20, 2, None).unwrap();
+                for batch in [1..=3, 4..=9, 10..=12] {
+                    store.blocking_append(entries(batch)).await.unwrap();
+                }
+                assert_eq!(store.try_get_log_entries(11..13).await.unwrap().len(), 2);
+                assert_eq!(read_from_disk(), 0, "the decoded tail answered");
+                assert_eq!(store.try_get_log_entries(2..7).await.unwrap().len(), 5);
+                assert_eq!(read_from_disk(), 5, "five entries came from their frames");
+            })
+        });
+    }
+
     #[tokio::test]
     async fn a_purge_is_written_with_the_next_frame_and_harmless_until_then() {
         let disk = SimDir::new();
