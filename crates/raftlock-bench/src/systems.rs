@@ -159,31 +159,19 @@ pub async fn raftlock_project_on(
     if let Some(shard) = shard {
         body["shard"] = json!(shard);
     }
-    let (s, v) = c
-        .json(Method::POST, "/admin/v1/projects", &[], &body)
-        .await?;
+    let (s, v) = admin_write(&mut c, Method::POST, "/admin/v1/projects", &body).await?;
     if !s.is_success() && s != StatusCode::CONFLICT {
         bail!("creating project {name}: {s} {v}");
     }
-    let (s, v) = c
-        .json(
-            Method::PATCH,
-            &format!("/admin/v1/projects/{name}"),
-            &[],
-            &json!({ "lock_ops_per_minute": 0 }),
-        )
-        .await?;
+    let limit = json!({ "lock_ops_per_minute": 0 });
+    let path = format!("/admin/v1/projects/{name}");
+    let (s, v) = admin_write(&mut c, Method::PATCH, &path, &limit).await?;
     if !s.is_success() {
         bail!("lifting the rate limit of {name}: {s} {v}");
     }
-    let (s, v) = c
-        .json(
-            Method::POST,
-            &format!("/admin/v1/projects/{name}/keys"),
-            &[],
-            &json!({ "kind": "service_role" }),
-        )
-        .await?;
+    let path = format!("/admin/v1/projects/{name}/keys");
+    let kind = json!({ "kind": "service_role" });
+    let (s, v) = admin_write(&mut c, Method::POST, &path, &kind).await?;
     if !s.is_success() {
         bail!("creating a key for {name}: {s} {v}");
     }
@@ -191,6 +179,31 @@ pub async fn raftlock_project_on(
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| anyhow!("no secret in {v}"))
+}
+
+/// How long [`admin_write`] retries a `503`: a few elections' worth.
+const ADMIN_RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// One admin write, retried while it answers `503` (no leader, or the leader changed — the
+/// meta group's leadership moves while a fresh dev cluster spreads its leaders) with the same
+/// `X-Volcano-Request-Id`, so a retry of a write that did commit gets its first answer instead
+/// of applying twice, as the SDK retries.
+async fn admin_write(
+    c: &mut Conn,
+    method: Method,
+    path: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<(StatusCode, serde_json::Value)> {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let headers = [("x-volcano-request-id", request_id.as_str())];
+    let give_up = Instant::now() + ADMIN_RETRY_FOR;
+    loop {
+        let (s, v) = c.json(method.clone(), path, &headers, body).await?;
+        if s != StatusCode::SERVICE_UNAVAILABLE || Instant::now() >= give_up {
+            return Ok((s, v));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 // ---- raftlock project-lock ----
