@@ -3,19 +3,13 @@
 //!
 //! A background task takes everything queued, proposes it as a batch, and hands each caller
 //! its own outcome. A few batches may be in flight at once so the log pipeline stays full.
-//!
-//! A batch that would be small while another is in flight lingers a moment for more writes
-//! ([`LINGER`]): every entry costs each replica an fsync, a round trip and a few wake-ups
-//! whatever it holds, so under load fewer, fuller entries leave more CPU for the writes
-//! themselves. A write that finds nothing in flight is proposed at once, so a lone client
-//! never waits for company.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raftlock_core::{Command, Op, Outcome};
 use raftlock_raft::Raft;
-use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use raftlock_core::Nanos;
 
@@ -37,18 +31,7 @@ pub const MAX_BATCH: usize = 256;
 /// 0.130 ms of CPU per op over the three nodes; 2 → 20 ops/entry, 0.119 ms/op.
 const MAX_IN_FLIGHT: usize = 2;
 
-/// While another batch is in flight, a batch of fewer ops than this waits (at most [`LINGER`],
-/// and no longer than that batch takes to commit) for more. A data shard serving a third of
-/// 64 clients proposed ~7 ops per entry without it and ~12 with it, and served 14-26 % more
-/// acquires on CPU-capped nodes (`make bench-scaleout`); one group's batches (~20 ops) are
-/// unchanged.
-const LINGER_BATCH: usize = 20;
-/// The longest a batch lingers: shorter than a commit on these disks takes under load, so a
-/// write waits at most about one more fsync than it would have.
-const LINGER: Duration = Duration::from_millis(1);
-
 type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
-type Queued = (Op, Reply, Instant);
 
 /// The client-facing reason a write was refused by Raft: no internals.
 fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -> Unavailable {
@@ -71,7 +54,7 @@ fn not_accepted(e: &raftlock_raft::RaftError<raftlock_raft::ClientWriteError>) -
 /// Handle to the batching task.
 #[derive(Clone)]
 pub struct Proposer {
-    queue: mpsc::Sender<Queued>,
+    queue: mpsc::Sender<(Op, Reply, Instant)>,
     /// How long a caller waits for its batch to commit before answering 503.
     timeout: Duration,
     /// One permit per batch in flight; [`Proposer::hold`] takes them all.
@@ -122,20 +105,23 @@ impl Proposer {
 
 async fn run(
     raft: Raft,
-    mut rx: mpsc::Receiver<Queued>,
+    mut rx: mpsc::Receiver<(Op, Reply, Instant)>,
     timeout: Duration,
     stamper: Stamper,
     slots: Arc<Semaphore>,
 ) {
-    // Woken each time a batch has its answer, to end a linger (`gather`).
-    let landed = Arc::new(Notify::new());
     while let Some(first) = rx.recv().await {
         let permit = Arc::clone(&slots)
             .acquire_owned()
             .await
             .expect("semaphore never closed");
         let mut batch = vec![first];
-        gather(&mut rx, &mut batch, &slots, &landed).await;
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
         // A caller that already answered 503 (it waited for a slot past its timeout) must not
         // see its operation take effect afterwards: drop it before it is proposed.
         batch.retain(|(_, reply, _)| !reply.is_closed());
@@ -149,7 +135,6 @@ async fn run(
         metrics::histogram!("raftlock_proposer_queue_wait_seconds")
             .record(oldest.elapsed().as_secs_f64());
         let raft = raft.clone();
-        let landed = landed.clone();
         let stamp = stamper();
         metrics::histogram!("raftlock_proposal_batch_ops").record(batch.len() as f64);
         tokio::spawn(async move {
@@ -167,7 +152,6 @@ async fn run(
                 Err(_) => Err(Unavailable::new("write not committed in time")),
             };
             drop(permit);
-            landed.notify_waiters();
             let outcome = if result.is_ok() {
                 "committed"
             } else {
@@ -189,133 +173,5 @@ async fn run(
                 }
             }
         });
-    }
-}
-
-/// Adds to `batch` what is queued; then, if it holds fewer than [`LINGER_BATCH`] ops while
-/// another batch is in flight (no slot of `slots` free), what arrives until it holds that
-/// many, that batch lands (`landed`), or [`LINGER`] passes — whichever comes first.
-async fn gather(
-    rx: &mut mpsc::Receiver<Queued>,
-    batch: &mut Vec<Queued>,
-    slots: &Semaphore,
-    landed: &Notify,
-) {
-    take_queued(rx, batch);
-    // Registered before looking at the slots, so a batch landing right after the look still
-    // ends the linger.
-    let landed = landed.notified();
-    tokio::pin!(landed);
-    landed.as_mut().enable();
-    if batch.len() >= LINGER_BATCH || slots.available_permits() > 0 {
-        return;
-    }
-    let deadline = tokio::time::sleep(LINGER);
-    tokio::pin!(deadline);
-    while batch.len() < LINGER_BATCH {
-        tokio::select! {
-            // Writes first: one that arrived with the landing or the deadline still joins.
-            biased;
-            item = rx.recv() => match item {
-                Some(item) => {
-                    batch.push(item);
-                    take_queued(rx, batch);
-                }
-                None => return,
-            },
-            _ = &mut landed => return,
-            _ = &mut deadline => return,
-        }
-    }
-}
-
-/// Adds what is queued to `batch`, up to [`MAX_BATCH`] ops.
-fn take_queued(rx: &mut mpsc::Receiver<Queued>, batch: &mut Vec<Queued>) {
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(item) => batch.push(item),
-            Err(_) => break,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::time::Instant as TokioInstant;
-
-    fn queued() -> Queued {
-        (Op::Tick, oneshot::channel().0, Instant::now())
-    }
-
-    /// A queue holding `n` writes, and its sender.
-    fn queue_of(n: usize) -> (mpsc::Sender<Queued>, mpsc::Receiver<Queued>) {
-        let (tx, rx) = mpsc::channel(16 * MAX_BATCH);
-        for _ in 0..n {
-            tx.try_send(queued()).unwrap();
-        }
-        (tx, rx)
-    }
-
-    /// The slots with `in_flight` batches holding one each, and ours.
-    fn slots_with(in_flight: usize) -> Semaphore {
-        Semaphore::new(MAX_IN_FLIGHT - in_flight - 1)
-    }
-
-    /// Gathers a batch that starts with one write; returns its size and how long it took.
-    async fn gathered(
-        rx: &mut mpsc::Receiver<Queued>,
-        slots: &Semaphore,
-        landed: &Notify,
-    ) -> (usize, Duration) {
-        let started = TokioInstant::now();
-        let mut batch = vec![queued()];
-        gather(rx, &mut batch, slots, landed).await;
-        (batch.len(), started.elapsed())
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn with_nothing_in_flight_a_write_is_proposed_at_once() {
-        let (_tx, mut rx) = queue_of(2);
-        let got = gathered(&mut rx, &slots_with(0), &Notify::new()).await;
-        assert_eq!(got, (3, Duration::ZERO));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn while_a_batch_is_in_flight_a_small_one_lingers_for_more() {
-        let (tx, mut rx) = queue_of(1);
-        let sender = tx.clone();
-        tokio::spawn(async move {
-            for _ in 0..3 {
-                sender.send(queued()).await.unwrap();
-            }
-        });
-        let got = gathered(&mut rx, &slots_with(1), &Notify::new()).await;
-        assert_eq!(
-            got,
-            (5, LINGER),
-            "the writes of the linger joined, then it ended"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_linger_ends_when_the_batch_in_flight_lands_or_this_one_is_full() {
-        let landed = Arc::new(Notify::new());
-        let (tx, mut rx) = queue_of(0);
-        let (sender, notifier) = (tx.clone(), landed.clone());
-        tokio::spawn(async move {
-            sender.send(queued()).await.unwrap();
-            notifier.notify_waiters();
-        });
-        let got = gathered(&mut rx, &slots_with(1), &landed).await;
-        assert_eq!(
-            got,
-            (2, Duration::ZERO),
-            "lingered for a write, then the landing ended it"
-        );
-
-        let (_tx, mut rx) = queue_of(LINGER_BATCH - 1);
-        let got = gathered(&mut rx, &slots_with(1), &landed).await;
-        assert_eq!(got, (LINGER_BATCH, Duration::ZERO), "full");
     }
 }
