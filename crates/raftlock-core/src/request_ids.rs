@@ -111,8 +111,10 @@ impl ProjectIds {
     /// `keep_bytes` bytes remain.
     fn forget(&mut self, t: Nanos, keep: usize, keep_bytes: usize) {
         while let Some(id) = self.order.front() {
-            let stale = self.by_id.get(id).is_none_or(|r| r.at + window(*id) <= t);
-            if !stale && self.order.len() <= keep && self.bytes <= keep_bytes {
+            // The caps first: a full table (every write of a busy project) then forgets its
+            // oldest id without also looking it up for its age.
+            let over = self.order.len() > keep || self.bytes > keep_bytes;
+            if !over && self.by_id.get(id).is_some_and(|r| r.at + window(*id) > t) {
                 break;
             }
             let id = *id;
