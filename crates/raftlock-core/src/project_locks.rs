@@ -236,15 +236,27 @@ impl ProjectKeys {
 
     /// Stores `lease` for `key` and keeps the index exact; returns the key's name (the one
     /// already stored, or a new allocation shared by the map and the index) and the lease it
-    /// replaced.
-    fn put(&mut self, key: &str, lease: ProjectLease) -> (Name, Option<ProjectLease>) {
+    /// replaced. `known_absent`: the caller just found no lease for `key`, so the map is walked
+    /// once (to insert), not twice — a fresh acquire's walks are most of its apply. The
+    /// result is the same either way.
+    fn put(
+        &mut self,
+        key: &str,
+        lease: ProjectLease,
+        known_absent: bool,
+    ) -> (Name, Option<ProjectLease>) {
         let eligible = lease.eligible_at();
-        let (key, old) = match self.leases.get_key_value_mut(key) {
+        let stored = if known_absent {
+            None
+        } else {
+            self.leases.get_key_value_mut(key)
+        };
+        let (key, old) = match stored {
             Some((name, stored)) => (name.clone(), Some(std::mem::replace(stored, lease))),
             None => {
                 let name = Name::from(key);
-                self.leases.insert(name.clone(), lease);
-                (name, None)
+                let old = self.leases.insert(name.clone(), lease);
+                (name, old)
             }
         };
         if let Some(old) = &old {
@@ -486,13 +498,14 @@ impl ProjectLocks {
         self.leases.get(project)?.leases.get(key)
     }
 
-    /// Stores `lease` for the key and keeps the indexes and the byte count exact.
-    fn put(&mut self, project: &str, key: &str, lease: ProjectLease) {
+    /// Stores `lease` for the key and keeps the indexes and the byte count exact
+    /// (`known_absent`: see [`ProjectKeys::put`]).
+    fn put(&mut self, project: &str, key: &str, lease: ProjectLease, known_absent: bool) {
         let project = match self.leases.get_key_value(project) {
             Some((name, _)) => name.clone(),
             None => Name::from(project),
         };
-        let (key, old) = self.change_project(&project, |keys| keys.put(key, lease));
+        let (key, old) = self.change_project(&project, |keys| keys.put(key, lease, known_absent));
         if old.is_none() {
             self.bytes.0.add(&project, budget::lock_key_bytes(&key));
         }
@@ -556,7 +569,8 @@ impl ProjectLocks {
                 Ok(self.extend(project, key, lease, t + ttl))
             }
             held => {
-                if held.is_none() {
+                let absent = held.is_none();
+                if absent {
                     self.check_room(project, key)?;
                 }
                 let fencing_token = self.next_fencing_token;
@@ -567,7 +581,7 @@ impl ProjectLocks {
                     expires_at: t + ttl,
                     deadline: t + LEASE_DEADLINE,
                 };
-                Ok(self.store(project, key, lease))
+                Ok(self.store(project, key, lease, absent))
             }
         }
     }
@@ -581,20 +595,24 @@ impl ProjectLocks {
         until: Nanos,
     ) -> (Nanos, u64) {
         let expires_at = until.min(lease.deadline);
-        self.store(
-            project,
-            key,
-            ProjectLease {
-                expires_at,
-                ..lease
-            },
-        )
+        let lease = ProjectLease {
+            expires_at,
+            ..lease
+        };
+        self.store(project, key, lease, false)
     }
 
-    /// Stores the lease and returns what acquire/renew answer: (expires_at, fencing token).
-    fn store(&mut self, project: &str, key: &str, lease: ProjectLease) -> (Nanos, u64) {
+    /// Stores the lease and returns what acquire/renew answer: (expires_at, fencing token)
+    /// (`known_absent`: see [`ProjectKeys::put`]).
+    fn store(
+        &mut self,
+        project: &str,
+        key: &str,
+        lease: ProjectLease,
+        known_absent: bool,
+    ) -> (Nanos, u64) {
         let answer = (lease.expires_at, lease.fencing_token);
-        self.put(project, key, lease);
+        self.put(project, key, lease, known_absent);
         answer
     }
 
