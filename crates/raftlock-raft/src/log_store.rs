@@ -602,68 +602,25 @@ mod tests {
         assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), all);
     }
 
-    /// Records one counter, `name`, and drops every other metric: what a test reads the
-    /// store's counter through.
-    struct OneCounter {
-        name: &'static str,
-        value: Arc<std::sync::atomic::AtomicU64>,
-    }
-
-    impl metrics::Recorder for OneCounter {
-        fn describe_counter(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_gauge(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_histogram(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn register_counter(
-            &self,
-            key: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Counter {
-            if key.name() == self.name {
-                metrics::Counter::from_arc(self.value.clone())
-            } else {
-                metrics::Counter::noop()
-            }
-        }
-        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-            metrics::Gauge::noop()
-        }
-        fn register_histogram(
-            &self,
-            _: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Histogram {
-            metrics::Histogram::noop()
-        }
-    }
-
     /// `raftlock_log_entries_read_from_disk_total` counts the entries a read took from the WAL
     /// (older than the decoded tail), and nothing for a read the tail answered: an operator
     /// reads it to see whether the tail is too short for the load.
     #[test]
     fn entries_read_back_from_disk_are_counted() {
-        let recorder = OneCounter {
-            name: "raftlock_log_entries_read_from_disk_total",
-            value: Arc::default(),
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let read_from_disk = || {
+            let metrics = snapshotter.snapshot().into_vec();
+            let counted = metrics.into_iter().find_map(|(key, _, _, value)| {
+                let ours = key.key().name() == "raftlock_log_entries_read_from_disk_total";
+                match value {
+                    DebugValue::Counter(n) if ours => Some(n),
+                    _ => None,
+                }
+            });
+            counted.unwrap_or(0)
         };
-        let read_from_disk = || recorder.value.load(std::sync::atomic::Ordering::Relaxed);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
