@@ -115,7 +115,7 @@ node_pid() { pgrep -f "serve --node-id $1 .*--data-dir $2/$1" | head -1; }
 # small machine of its own never stops for milliseconds; it runs slower. The stalls are not
 # neutral: a client waits out every stall of every node its write passes through, so they
 # cost the clients of a closed loop throughput wherever a node is not already saturated
-# (measured: three shards 1.07-1.28x one group at a 10 ms period, 1.33-1.52x at 3.4 ms).
+# (measured: three shards 1.07-1.28x one data shard at a 10 ms period, 1.33-1.52x at 3.4 ms).
 PERIOD_US=${SCALEOUT_PERIOD_US:-$(awk -v c="$CPUS" 'BEGIN { p = int(1000 / c); if (p * c < 1000) p++; if (p < 1000) p = 1000; print p }')}
 cap() {
   local quota dir
