@@ -38,10 +38,11 @@ const MAX_IN_FLIGHT: usize = 2;
 /// it is in flight; a batch this large takes every free slot, so the next one waits for it
 /// to land and gathers everything that arrives meanwhile. A small batch means light load,
 /// where a second batch in flight saves its writes most of a commit's wait (4 clients, one
-/// group, always alone: 1,893 acquires/s, 2,262 with two in flight); a large one means a busy
-/// node, where one full entry instead of two half-full ones saves each replica an entry's
-/// CPU (64 clients, always alone: one group ~31 ops per entry against ~20 and as many
-/// acquires/s; three data shards on 0.3-CPU nodes ~11 against ~7 and +20 %).
+/// group: 1,893 acquires/s with every batch alone, 2,262 with two in flight, and as many with
+/// this rule); a large one means a busy node, where one full entry instead of two half-full
+/// ones saves each replica an entry's CPU (64 clients on 0.3-CPU nodes, this rule against two
+/// always in flight: one group ~31 ops per entry against ~20 and +17 % acquires/s, three
+/// data shards ~10 against ~7 and +9 %).
 const PIPELINE_BELOW: usize = 4;
 
 type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
@@ -71,7 +72,8 @@ pub struct Proposer {
     queue: mpsc::Sender<Queued>,
     /// How long a caller waits for its batch to commit before answering 503.
     timeout: Duration,
-    /// One permit per batch in flight; [`Proposer::hold`] takes them all.
+    /// The slots of the batches in flight (one each, or all of them for a batch of
+    /// [`PIPELINE_BELOW`] or more); [`Proposer::hold`] takes them all.
     slots: Arc<Semaphore>,
 }
 
