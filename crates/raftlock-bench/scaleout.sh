@@ -13,8 +13,9 @@
 #   a 2-core host room for the load generator and the kernel beside three capped nodes: at
 #   0.5 the three sharded nodes hit their caps in only 13-28 % of periods (the host's two cores
 #   were the limit, not the nodes). Each row shows the share of periods each node was held at
-#   its cap, so a reader sees which limit a figure measures, and the CPU each node spent per
-#   acquire of the whole cluster (what decides how far shards can scale). 3 nodes, 64 clients
+#   its cap, so a reader sees which limit a figure measures, the CPU each node spent per
+#   acquire of the whole cluster (what decides how far shards can scale), and how many writes
+#   each log entry carried (what shares an entry's fixed cost). 3 nodes, 64 clients
 #   acquiring fresh project locks, each client talking to the leader of its project's shard:
 #   - the release before shards (SCALEOUT_BASELINE_REV, built once into target/; empty skips);
 #   - this build with one group (the default deployment: projects on the meta group);
@@ -184,7 +185,7 @@ baseline() {
 
 # measure LABEL SHARDS PORT [RAFTLOCK]: one capped 3-node cluster, one cell; appends
 # "label<TAB>acquires/s<TAB>p50<TAB>p99<TAB>errors" to $CELLS and "label<TAB>periods at the
-# cap per node<TAB>CPU µs per acquire per node" to $THROTTLED.
+# cap per node<TAB>CPU µs per acquire per node<TAB>writes per log entry" to $THROTTLED.
 measure() {
   start 3 "$2" "$3" "${4:-}"
   local i pids=() before=() used=()
@@ -203,9 +204,23 @@ measure() {
       -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / (o * s) }')")
   done
   held=$(throttled)
-  log "  share of periods each node was throttled in: $held; CPU µs per acquire: ${used[*]}"
-  printf '%s\t%s\t%s\n' "$1" "${held// //}" "$(IFS=/; echo "${used[*]}")" >>"$THROTTLED"
+  local per_entry
+  per_entry=$(ops_per_entry "$3")
+  log "  share of periods each node was throttled in: $held; CPU µs per acquire: ${used[*]}; writes per log entry: $per_entry"
+  printf '%s\t%s\t%s\t%s\n' "$1" "${held// //}" "$(IFS=/; echo "${used[*]}")" "$per_entry" >>"$THROTTLED"
   stop
+}
+
+# ops_per_entry PORT: the writes per log entry the leaders proposed since the start (every
+# node's raftlock_proposal_batch_ops, summed): each entry costs each replica an fsync, a
+# round trip and wake-ups whatever it holds, so this says how far those costs are shared.
+# "-" for a release that does not export it.
+ops_per_entry() {
+  local i
+  for i in 0 1 2; do
+    curl -sf "http://127.0.0.1:$(($1 + i))/metrics" || true
+  done | awk '/^raftlock_proposal_batch_ops_sum/ { s += $NF } /^raftlock_proposal_batch_ops_count/ { c += $NF }
+    END { if (c > 0) printf "%.1f", s / c; else printf "-" }'
 }
 
 # cpu_ticks PID: the CPU time PID has used (user + system), in clock ticks. Counted from
@@ -242,17 +257,18 @@ throughput() {
   # share of periods each node spent at its cap (per round).
   awk -F'\t' -v cpus="$CPUS" -v clients="$CLIENTS" '
     FNR == NR { capped[$1] = capped[$1] (capped[$1] == "" ? "" : ", ") $2
-                cpu[$1] = cpu[$1] (cpu[$1] == "" ? "" : ", ") $3; next }
+                cpu[$1] = cpu[$1] (cpu[$1] == "" ? "" : ", ") $3
+                entry[$1] = entry[$1] (entry[$1] == "" ? "" : ", ") $4; next }
     { if (!($1 in n)) order[++k] = $1; n[$1]++; ops[$1] += $2; p50[$1] += $3; p99[$1] += $4
       err[$1] += $5; runs[$1] = runs[$1] (runs[$1] == "" ? "" : ", ") $2 }
     END {
       one = ops["one group (default)"] / n["one group (default)"]
       printf "## Scale-out: acquires/s, 3 nodes capped at %s CPU each, %d clients\n\n", cpus, clients
-      print "| cluster | acquires/s (rounds) | mean | vs one group | p50 ms | p99 ms | errors | periods at the cap, per node | CPU µs per acquire, per node |"
-      print "|---|---|---|---|---|---|---|---|---|"
+      print "| cluster | acquires/s (rounds) | mean | vs one group | p50 ms | p99 ms | errors | periods at the cap, per node | CPU µs per acquire, per node | writes per log entry |"
+      print "|---|---|---|---|---|---|---|---|---|---|"
       for (i = 1; i <= k; i++) {
         l = order[i]; m = ops[l] / n[l]
-        printf "| %s | %s | %.0f | %.2f× | %.2f | %.2f | %d | %s | %s |\n", l, runs[l], m, m / one, p50[l] / n[l], p99[l] / n[l], err[l], capped[l], cpu[l]
+        printf "| %s | %s | %.0f | %.2f× | %.2f | %.2f | %d | %s | %s | %s |\n", l, runs[l], m, m / one, p50[l] / n[l], p99[l] / n[l], err[l], capped[l], cpu[l], entry[l]
       }
     }' "$THROTTLED" "$CELLS"
 }
