@@ -26,7 +26,8 @@
 #
 # Knobs: SCALEOUT_PARTS ("memory throughput"), SCALEOUT_LOCKS (1000000), SCALEOUT_DIR
 # (target/scaleout; on disk), SCALEOUT_CPUS (0.3), SCALEOUT_ROUNDS (2), SCALEOUT_CLIENTS (64),
-# SCALEOUT_SECONDS (10), SCALEOUT_BASELINE_REV (c4ecf19, the last commit before shards).
+# SCALEOUT_SECONDS (10), SCALEOUT_BASELINE_REV (c4ecf19, the last commit before shards),
+# SCALEOUT_PERIOD_US (each node's CPU period; default the shortest the kernel allows, see cap).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -197,14 +198,13 @@ measure() {
   "$BIN/raftlock-bench" --threads 1 scaleout --endpoints "$(endpoints 3 "$3")" \
     --platform-token "$TOKEN" --label "$1" --clients "$CLIENTS" --seconds "$SECS" \
     --warmup "$WARMUP" --round "$ROUND" >>"$CELLS"
-  local ops held
+  local ops held per_entry
   ops=$(tail -1 "$CELLS" | cut -f2)
   for i in 0 1 2; do
     used+=("$(awk -v a="${before[i]}" -v b="$(cpu_ticks "${pids[i]}")" -v o="$ops" -v s="$((SECS + WARMUP))" \
       -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / (o * s) }')")
   done
   held=$(throttled)
-  local per_entry
   per_entry=$(ops_per_entry "$3")
   log "  share of periods each node was throttled in: $held; CPU µs per acquire: ${used[*]}; writes per log entry: $per_entry"
   printf '%s\t%s\t%s\t%s\n' "$1" "${held// //}" "$(IFS=/; echo "${used[*]}")" "$per_entry" >>"$THROTTLED"
