@@ -1179,6 +1179,27 @@ fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child
     }
 }
 
+/// The bytes of a data directory's WAL segments that frames were written to: each segment up
+/// to its last non-zero byte, so without the preallocated zeros after its last frame (nor
+/// the few zero bytes that frame may end with).
+pub fn wal_written_bytes(dir: &std::path::Path) -> Result<usize> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("wal-"))
+        {
+            let bytes = std::fs::read(&path)?;
+            total += bytes
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |last| last + 1);
+        }
+    }
+    Ok(total)
+}
+
 /// The WAL segments of a data directory, concatenated in order.
 pub fn wal_bytes(dir: &std::path::Path) -> Result<Vec<u8>> {
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)?

@@ -124,12 +124,14 @@ fn node_trace(path: &Path) -> Result<NodeTrace> {
             "close" => {
                 c.fd().map(|fd| fds.remove(&fd));
             }
-            "write" | "fdatasync" | "fsync" => {
+            // A segment is preallocated and written at offsets (`pwrite64`); `write` is a
+            // segment written before that.
+            "write" | "pwrite64" | "fdatasync" | "fsync" => {
                 let on_wal = c
                     .fd()
                     .and_then(|fd| fds.get(&fd))
                     .is_some_and(|p| p.contains("/wal-"));
-                if on_wal && c.name == "write" {
+                if on_wal && c.name.contains("write") {
                     wal_writes.push(c.clone());
                 } else if on_wal && c.ret == "0" {
                     wal_syncs.push(c.clone());
@@ -181,7 +183,7 @@ fn strace_wrapper(out: &Path) -> Vec<String> {
         "-s",
         "512",
         "-e",
-        "trace=openat,close,write,writev,sendto,sendmsg,fdatasync,fsync",
+        "trace=openat,close,write,pwrite64,writev,sendto,sendmsg,fdatasync,fsync",
         "-o",
     ]
     .iter()
@@ -442,7 +444,7 @@ async fn a_node_on_another_clusters_data_is_refused_and_changes_nothing() -> Res
 /// refuse to start, and returns the `Error:` line it printed.
 fn refusal_line(data_dir: &Path) -> Result<String> {
     let port = raftlock_tests::free_port();
-    let out = std::process::Command::new(raftlock_tests::binary())
+    let mut out = std::process::Command::new(raftlock_tests::binary())
         .args(["serve", "--node-id", "1", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--peers")
@@ -457,7 +459,19 @@ fn refusal_line(data_dir: &Path) -> Result<String> {
         .arg(data_dir)
         .env("RUST_BACKTRACE", "0")
         .env("RAFTLOCK_LOG", "error")
-        .output()?;
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // A node that accepts the data serves until stopped: fail then, do not wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while out.try_wait()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            out.kill()?;
+            anyhow::bail!("the node started on {}", data_dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = out.wait_with_output()?;
     anyhow::ensure!(
         !out.status.success(),
         "the node started on {}",
@@ -499,7 +513,12 @@ async fn damaged_or_old_data_is_refused_with_one_line_naming_the_file() -> Resul
     let dir = cluster.data_dir(1);
     let wal = dir.join("wal-0000000000000001.log");
     let mut bytes = std::fs::read(&wal)?;
-    let at = bytes.len() / 3;
+    // A third into the frames, not into the preallocated zeros after them.
+    let written = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
+    let at = written / 3;
     bytes[at] ^= 0x55;
     std::fs::write(&wal, &bytes)?;
     let line = refusal_line(&dir)?;

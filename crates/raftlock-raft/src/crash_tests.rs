@@ -397,3 +397,124 @@ fn a_damaged_length_in_the_last_segment_is_refused_not_cut() {
         "nothing cut"
     );
 }
+
+/// Where the valid frames at the start of `bytes` end.
+fn frames_end(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while let raftlock_core::codec::FrameRead::Frame { next, .. } =
+        raftlock_core::codec::read_frame(bytes, at)
+    {
+        at = next;
+    }
+    at
+}
+
+/// The segment's entries, as a reopen reads them back.
+fn reopened_log(disk: &SimDir) -> Vec<LogId> {
+    reopen(disk).1.log
+}
+
+/// A segment is preallocated to the size limit, and a reopen writes its next frame right
+/// after the last one, not at the file's end: the zeros between are not a frame, and no
+/// warning-worthy torn tail either.
+#[test]
+fn a_segment_is_preallocated_and_the_next_frame_follows_the_last() {
+    let (disk, segments) = disk_with_appends(3, 2);
+    assert_eq!(segments, 1);
+    let bytes = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    assert_eq!(bytes.len() as u64, SEGMENT_BYTES, "preallocated");
+    let written = frames_end(&bytes);
+    assert!(written < bytes.len() / 2, "three small frames: {written}");
+    let before = reopened_log(&disk);
+    assert_eq!(before.len(), 6);
+
+    let (mut store, _) = reopen(&disk);
+    let mut model = LogContents::default();
+    model
+        .append(before.iter().map(|id| entry(id.leader_id.term, id.index)))
+        .unwrap();
+    let (mut vote, mut snap) = (None, None);
+    run_step(
+        &mut store,
+        &mut model,
+        &mut vote,
+        &mut snap,
+        &Step::Append(2, false),
+    )
+    .unwrap();
+    drop(store);
+    let after = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    assert_eq!(after.len(), bytes.len(), "written inside the preallocation");
+    assert_eq!(
+        after[..written],
+        bytes[..written],
+        "earlier frames untouched"
+    );
+    assert!(
+        frames_end(&after) > written,
+        "the next frame starts at the end of the last"
+    );
+    assert_eq!(reopened_log(&disk).len(), 8);
+}
+
+/// A data directory written before preallocation (a segment as long as its frames) opens
+/// with every entry, and its last segment is preallocated from then on.
+#[test]
+fn a_segment_written_before_preallocation_opens_and_is_preallocated() {
+    let (disk, _) = disk_with_appends(3, 2);
+    let bytes = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    let frames = frames_end(&bytes);
+    overwrite(&disk, FIRST_SEGMENT, &bytes[..frames]);
+    let log = reopened_log(&disk);
+    assert_eq!(log.len(), 6, "every entry back");
+    assert_eq!(
+        disk.stat(FIRST_SEGMENT).unwrap().unwrap().len,
+        SEGMENT_BYTES,
+        "preallocated at open"
+    );
+    assert_eq!(reopened_log(&disk), log);
+}
+
+/// A torn write into preallocated space (a frame's first part on disk, its rest still zeros)
+/// is cut: the entries before it stay, the space after them is zeros again, and the next
+/// frame written there reads back.
+#[test]
+fn a_torn_frame_in_preallocated_space_is_cut_to_zeros() {
+    let (disk, _) = disk_with_appends(3, 2);
+    let clean = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    let end = frames_end(&clean);
+    let torn = PendingFrame::new(None, &[WalOpRef::Append(&[entry(1, 6), entry(1, 7)])]).unwrap();
+    let mut bytes = clean.clone();
+    // Header and part of the payload: the rest of the frame never reached the disk.
+    let kept = torn.len() / 2;
+    bytes[end..end + kept].copy_from_slice(&torn.bytes()[..kept]);
+    overwrite(&disk, FIRST_SEGMENT, &bytes);
+
+    assert_eq!(
+        reopened_log(&disk).len(),
+        6,
+        "the acknowledged entries stay"
+    );
+    let cut = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    assert_eq!(cut.len() as u64, SEGMENT_BYTES, "preallocated again");
+    assert_eq!(cut, clean, "the torn bytes are zeros again");
+}
+
+/// A closed segment may end in preallocated zeros (one preallocated under a larger size limit
+/// than the one that closed it): they end its frames, they are not damage.
+#[test]
+fn a_closed_segment_ending_in_preallocated_zeros_is_not_damage() {
+    let (disk, _) = disk_with_appends(2, 2);
+    let dir: Arc<dyn Dir> = Arc::new(disk.clone());
+    let smaller = 1;
+    let (mut wal, mut log) = Wal::open(dir.clone(), smaller, DECODED_TAIL).unwrap();
+    let entries = vec![entry(1, 4), entry(1, 5)];
+    let frame = PendingFrame::new(None, &[WalOpRef::Append(&entries)]).unwrap();
+    log.append(entries).unwrap();
+    wal.write(&frame).unwrap();
+    assert_eq!(wal.segment_count(), 2, "closed at the smaller limit");
+    drop(wal);
+    let first = disk.read(FIRST_SEGMENT).unwrap().unwrap();
+    assert_eq!(first.len() as u64, SEGMENT_BYTES, "zeros after its frames");
+    assert_eq!(reopened_log(&disk).len(), 6);
+}

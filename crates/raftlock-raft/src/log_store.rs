@@ -694,6 +694,9 @@ mod tests {
         fn open_append(&self, name: &str) -> std::io::Result<Box<dyn crate::fs::DirFile>> {
             self.inner.open_append(name)
         }
+        fn open_write(&self, name: &str) -> std::io::Result<Box<dyn crate::fs::DirFile>> {
+            self.inner.open_write(name)
+        }
         fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
             if from == self.fails {
                 return Err(std::io::Error::other("injected"));

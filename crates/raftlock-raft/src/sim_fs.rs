@@ -3,7 +3,7 @@
 //!
 //! What a power cut does, following the contract in [`crate::fs`]:
 //! - each file keeps its synced bytes, except that a page overwritten since its last sync
-//!   holds the old bytes, the new ones or garbage; of the bytes appended since its last sync it
+//!   holds the old bytes, the new ones or garbage where they differ; of the bytes appended since its last sync it
 //!   keeps none, a random prefix, or all of them with random pages zeroed or scrambled (torn
 //!   and reordered page writes);
 //! - of the creates, renames and removes since the last directory sync, a random prefix
@@ -173,7 +173,14 @@ fn surviving_bytes(inode: &Inode, rng: &mut Rng) -> Vec<u8> {
         match rng.below(3) {
             0 => out.extend_from_slice(old),
             1 => out.extend_from_slice(new),
-            _ => out.extend(old.iter().map(|_| rng.next() as u8)),
+            // Garbage where the write changed bytes: the bytes of a page a write did not
+            // change (a synced frame sharing a page with the next one) are kept, as for an
+            // append past them.
+            _ => out.extend(
+                old.iter()
+                    .zip(new)
+                    .map(|(o, n)| if o == n { *o } else { rng.next() as u8 }),
+            ),
         }
     }
     let unsynced = &data[synced.len()..];
@@ -228,6 +235,19 @@ impl Dir for SimDir {
             dir: self.clone(),
             ino,
             appending: true,
+        }))
+    }
+
+    fn open_write(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
+        let st = self.lock();
+        let ino = *st
+            .names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Box::new(SimFile {
+            dir: self.clone(),
+            ino,
+            appending: false,
         }))
     }
 
@@ -345,13 +365,29 @@ impl DirFile for SimFile {
         st.spend()?;
         let inode = st.inodes.get_mut(&self.ino).expect("open file");
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let Some(range) = inode.data.get_mut(start..start.saturating_add(buf.len())) else {
+        if start > inode.data.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "an overwrite past the end of the file",
+                "a write that starts past the end of the file",
             ));
-        };
-        range.copy_from_slice(buf);
+        }
+        let end = start + buf.len();
+        if inode.data.len() < end {
+            inode.data.resize(end, 0);
+        }
+        inode.data[start..end].copy_from_slice(buf);
         Ok(())
+    }
+
+    /// Grows the file with zeros; like an append, the growth is not durable until a sync.
+    fn preallocate(&mut self, len: u64) -> io::Result<bool> {
+        let mut st = self.dir.lock();
+        st.spend()?;
+        let inode = st.inodes.get_mut(&self.ino).expect("open file");
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if inode.data.len() < len {
+            inode.data.resize(len, 0);
+        }
+        Ok(true)
     }
 }

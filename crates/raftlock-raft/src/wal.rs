@@ -8,6 +8,14 @@
 //! frame of the last segment can ever be half on disk; that is what lets recovery tell a torn
 //! tail (cut off, it was never acknowledged) from damage (refused, see [`Wal::open`]).
 //!
+//! A segment's file is preallocated to the size limit when it is created (`fallocate`; zeros
+//! that have their blocks reserved), and frames are written into it at their offsets: a write
+//! that does not grow the file needs no file size written by its `fdatasync`, which makes
+//! a small write of the log ~30 % cheaper in CPU and wall time on ext4 (`make bench-wal`;
+//! docs/architecture.md, *The write-ahead log's preallocated segments*). So a segment's frames end where only zeros
+//! follow, not at the end of the file; a frame header is never zeros (its checksum covers
+//! its length), so the two are never confused.
+//!
 //! A segment is closed once it passes the size limit and a new one starts with a checkpoint
 //! frame (the last purged log id and the committed id), so the oldest segments can be deleted
 //! whole once a snapshot covers them, and the remaining suffix still replays to the same log.
@@ -134,6 +142,12 @@ impl PendingFrame {
         self.bytes.len()
     }
 
+    /// The encoded frame, as written.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Never true: even an empty frame has a header.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
@@ -229,11 +243,15 @@ impl Wal {
         let current = match segments.last() {
             Some(last) => {
                 let name = segment_name(last.seq);
-                dir.open_append(&name)
-                    .map_err(|e| StoreError::io(dir.describe(&name), e))?
+                let mut file = dir
+                    .open_write(&name)
+                    .map_err(|e| StoreError::io(dir.describe(&name), e))?;
+                // A segment written before preallocation, or one whose torn tail was cut.
+                preallocate(&*dir, &name, &mut *file, segment_bytes);
+                file
             }
             None => {
-                let (file, len) = create_segment(&*dir, 1, None, None)?;
+                let (file, len) = create_segment(&*dir, 1, segment_bytes, None, None)?;
                 segments.push(Segment {
                     seq: 1,
                     max_index: None,
@@ -255,10 +273,10 @@ impl Wal {
         Ok((wal, contents))
     }
 
-    /// Appends `frame` and syncs it; when this returns `Ok` the frame survives any crash. Any
-    /// error leaves the file in an unknown state: the caller must stop using the WAL. Returns
-    /// the index of the first entry the frame appended and where the frame lies, for
-    /// [`LogContents::record_frame`].
+    /// Writes `frame` after the last one and syncs it; when this returns `Ok` the frame
+    /// survives any crash. Any error leaves the file in an unknown state: the caller must stop
+    /// using the WAL. Returns the index of the first entry the frame appended and where the
+    /// frame lies, for [`LogContents::record_frame`].
     pub fn write(&mut self, frame: &PendingFrame) -> Result<Option<(u64, FrameLoc)>, StoreError> {
         let name = segment_name(self.current_seq());
         let loc = FrameLoc {
@@ -269,7 +287,7 @@ impl Wal {
         };
         let started = Instant::now();
         self.current
-            .append(&frame.bytes)
+            .overwrite(self.current_len, &frame.bytes)
             .and_then(|_| self.current.sync())
             .map_err(|e| StoreError::io(self.dir.describe(&name), e))?;
         let took = started.elapsed();
@@ -313,7 +331,13 @@ impl Wal {
     /// Starts the next segment with a checkpoint of the purge and commit state.
     fn rotate(&mut self) -> Result<(), StoreError> {
         let seq = self.current_seq() + 1;
-        let (file, len) = create_segment(&*self.dir, seq, self.last_purged, self.committed)?;
+        let (file, len) = create_segment(
+            &*self.dir,
+            seq,
+            self.segment_bytes,
+            self.last_purged,
+            self.committed,
+        )?;
         self.segments.push(Segment {
             seq,
             max_index: None,
@@ -372,10 +396,12 @@ pub fn remove_segments(dir: &dyn Dir, names: &[String]) -> Result<(), StoreError
     Ok(())
 }
 
-/// Creates segment `seq` holding one checkpoint frame, durably (file and directory).
+/// Creates segment `seq`, preallocated to `segment_bytes`, holding one checkpoint frame,
+/// durably (file and directory).
 fn create_segment(
     dir: &dyn Dir,
     seq: u64,
+    segment_bytes: u64,
     last_purged: Option<LogId>,
     committed: Option<LogId>,
 ) -> Result<(Box<dyn DirFile>, u64), StoreError> {
@@ -385,15 +411,29 @@ fn create_segment(
     let checkpoint = PendingFrame::new(committed, &ops)
         .map_err(|e| StoreError::corrupt(dir.describe(&name), 0, e))?;
     let mut file = dir.create(&name).map_err(file_err)?;
-    file.append(&checkpoint.bytes).map_err(file_err)?;
+    preallocate(dir, &name, &mut *file, segment_bytes);
+    file.overwrite(0, &checkpoint.bytes).map_err(file_err)?;
     file.sync().map_err(file_err)?;
     dir.sync()
         .map_err(|e| StoreError::io(dir.describe(""), e))?;
     Ok((file, checkpoint.bytes.len() as u64))
 }
 
-/// Replays segment `seq` into `contents`; returns its highest appended index and its length
-/// (after cutting a torn tail).
+/// Grows segment file `name` to `len` bytes of reserved zeros ([`DirFile::preallocate`]). A
+/// failure only costs the speed-up (writes past the end still work), so it is a warning, not
+/// an error: a disk too full to reserve the space fails the write that needs it instead.
+fn preallocate(dir: &dyn Dir, name: &str, file: &mut dyn DirFile, len: u64) {
+    match file.preallocate(len) {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!(file = %dir.describe(name),
+            "the file system cannot preallocate; WAL writes grow the segment instead"),
+        Err(e) => tracing::warn!(file = %dir.describe(name), error = %e,
+            "cannot preallocate a WAL segment; its writes grow it instead"),
+    }
+}
+
+/// Replays segment `seq` into `contents`; returns its highest appended index and where its
+/// frames end (after cutting a torn tail): the offset the next frame is written at.
 fn replay_segment(
     dir: &dyn Dir,
     seq: u64,
@@ -431,13 +471,18 @@ fn replay_segment(
                 at = next;
             }
             FrameRead::Bad { reason, .. } => {
-                if !is_last || valid_frame_after(&bytes, at) {
+                let written = written_len(&bytes);
+                if at >= written {
+                    // Only zeros from here on: preallocated space no frame reached yet.
+                    return Ok((max_index, at as u64));
+                }
+                if !is_last || valid_frame_after(&bytes, at, written) {
                     return Err(StoreError::corrupt(&file, at as u64, reason));
                 }
                 tracing::warn!(
                     file,
                     offset = at,
-                    dropped_bytes = bytes.len() - at,
+                    dropped_bytes = written - at,
                     reason,
                     "cutting the torn tail of the write-ahead log (a write that was never acknowledged)"
                 );
@@ -452,13 +497,23 @@ fn replay_segment(
     }
 }
 
-/// Whether a whole valid frame starts anywhere after the bad frame at `at`. Only the last
-/// write can be unsynced, and it is one frame, so a valid frame after a bad one proves the bad
-/// one had been synced: damage, not a torn tail. Every offset is tried because the bad frame's
-/// own length field may be what is damaged.
-fn valid_frame_after(bytes: &[u8], at: usize) -> bool {
-    (at + 1..bytes.len().saturating_sub(codec::FRAME_HEADER_LEN))
+/// Whether a whole valid frame starts anywhere after the bad frame at `at` and before
+/// `written`. Only the last write can be unsynced, and it is one frame, so a valid frame after
+/// a bad one proves the bad one had been synced: damage, not a torn tail. Every offset is
+/// tried because the bad frame's own length field may be what is damaged; none from
+/// `written` on, where only zeros are, which no frame starts with.
+fn valid_frame_after(bytes: &[u8], at: usize, written: usize) -> bool {
+    (at + 1..written.min(bytes.len().saturating_sub(codec::FRAME_HEADER_LEN)))
         .any(|off| matches!(codec::read_frame(bytes, off), FrameRead::Frame { .. }))
+}
+
+/// The length of `bytes` without its trailing zeros: where the preallocated space that no
+/// write has reached begins.
+fn written_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1)
 }
 
 #[cfg(test)]
