@@ -4,6 +4,7 @@
 #   make chaos  the long chaos suite (>= 10 min, >= 100 leader kills; CHAOS_SEED replays)
 #   make bench  raftlock vs etcd on this machine; writes docs/benchmarks.md
 #   make bench-core  the criterion benches of raftlock-core
+#   make bench-ab AB_REV=<rev>  this build against <rev>'s, two capped clusters loaded at once
 #   make bench-wal  one synced WAL write, preallocated segment vs growing file (CPU and wall time)
 #   make bench-scaleout  shards: memory per node (1 group on 3 nodes vs 2 shards on 6) and capped-CPU write rate (1 vs 3 shards on 3 nodes)
 #   make soak        a fixed-rate mixed load for SOAK_MINUTES (30) at half this machine's
@@ -12,7 +13,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-scaleout bench-wal bench-primitives bench-cost bench-core soak clean chaos chaos-short
+.PHONY: run test build fmt lint rules unit integration pyenv openapi bench bench-scaleout bench-wal bench-ab bench-primitives bench-cost bench-core soak clean chaos chaos-short
 
 run:
 	$(CARGO) build --release --bin raftlock
@@ -80,6 +81,9 @@ bench-scaleout:
 
 bench-wal:
 	cargo run --release -p raftlock-raft --example wal_sync
+
+bench-ab:
+	AB_REV=$(AB_REV) ./crates/raftlock-bench/ab.sh
 
 bench-primitives:
 	./crates/raftlock-bench/primitives.sh

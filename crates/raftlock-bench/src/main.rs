@@ -12,7 +12,9 @@
 //!
 //! The scripts beside `src/` drive it: `run.sh` (`make bench`), `soak.sh` (`make soak`),
 //! `cost.sh` (`make bench-cost`) and `primitives.sh` (`make bench-primitives`), which start
-//! and stop their local clusters and write into docs/benchmarks.md through `cluster.sh`.
+//! and stop their local clusters and write into docs/benchmarks.md through `cluster.sh`;
+//! `scaleout.sh` (`make bench-scaleout`) and `ab.sh` (`make bench-ab`: this build against
+//! another, two capped clusters loaded at the same time) print their tables.
 
 mod conn;
 mod primitives;
