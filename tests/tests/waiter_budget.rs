@@ -85,9 +85,11 @@ async fn a_project_opening_100k_blocking_waits_is_held_to_its_budget() -> Result
 
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
-        .timeout(Duration::from_secs(120))
+        .timeout(Duration::from_secs(300))
         .build()?;
     let url = cluster.url(leader, "/v1beta/AcquireLock");
+    // The queued waits must outlast the refusals of every other attempt (87 s for 100,000 on
+    // a loaded CI machine; a 60 s wait once timed out first): the longest wait the API takes.
     // Every queued wait holds a request open; the rest of the permits churn through refusals.
     let permits = Arc::new(Semaphore::new(MAX_WAITERS_PER_PROJECT + 512));
     let (refused, other) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -100,7 +102,7 @@ async fn a_project_opening_100k_blocking_waits_is_held_to_its_budget() -> Result
         let lease = leases[i % leases.len()].clone();
         let (refused, other) = (refused.clone(), other.clone());
         waits.push(tokio::spawn(async move {
-            let body = json!({ "namespace_name": "ns", "lock_name": format!("top/{i}"), "lease_id": lease, "exclusive": true, "timeout_seconds": 60 });
+            let body = json!({ "namespace_name": "ns", "lock_name": format!("top/{i}"), "lease_id": lease, "exclusive": true, "timeout_seconds": 300 });
             let r = http.post(&url).bearer_auth(&key).json(&body).send().await;
             match r {
                 Ok(r) if r.status() == 429 => {
@@ -127,7 +129,7 @@ async fn a_project_opening_100k_blocking_waits_is_held_to_its_budget() -> Result
     // All attempts sent: the budget's worth are waiting, everything else was refused.
     let want_refused = (attempts - MAX_WAITERS_PER_PROJECT) as u64;
     let answered = || refused.load(Ordering::Relaxed) + other.load(Ordering::Relaxed);
-    raftlock_tests::eventually(Duration::from_secs(120), "refusals", || async {
+    raftlock_tests::eventually(Duration::from_secs(240), "refusals", || async {
         (answered() >= want_refused).then_some(())
     })
     .await?;
