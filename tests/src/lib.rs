@@ -1179,6 +1179,15 @@ fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child
     }
 }
 
+/// The length of a WAL segment's `bytes` up to its last non-zero byte: without the
+/// preallocated zeros after its last frame (nor the few zero bytes that frame may end with).
+pub fn written_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1)
+}
+
 /// The bytes of a data directory's WAL segments that frames were written to: each segment up
 /// to its last non-zero byte, so without the preallocated zeros after its last frame (nor
 /// the few zero bytes that frame may end with).
@@ -1190,11 +1199,7 @@ pub fn wal_written_bytes(dir: &std::path::Path) -> Result<usize> {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("wal-"))
         {
-            let bytes = std::fs::read(&path)?;
-            total += bytes
-                .iter()
-                .rposition(|&b| b != 0)
-                .map_or(0, |last| last + 1);
+            total += written_len(&std::fs::read(&path)?);
         }
     }
     Ok(total)

@@ -514,11 +514,7 @@ async fn damaged_or_old_data_is_refused_with_one_line_naming_the_file() -> Resul
     let wal = dir.join("wal-0000000000000001.log");
     let mut bytes = std::fs::read(&wal)?;
     // A third into the frames, not into the preallocated zeros after them.
-    let written = bytes
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |last| last + 1);
-    let at = written / 3;
+    let at = raftlock_tests::written_len(&bytes) / 3;
     bytes[at] ^= 0x55;
     std::fs::write(&wal, &bytes)?;
     let line = refusal_line(&dir)?;

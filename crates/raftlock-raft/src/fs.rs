@@ -115,8 +115,8 @@ pub trait DirFile: Send {
     /// reserved (`fallocate`) so that a later write into them does not grow the file: the
     /// `fdatasync` after it then has no file size to write (the write-ahead log's small
     /// writes cost ~30 % less CPU and wall time each, `make bench-wal`). `Ok(false)` when the
-    /// file system cannot reserve blocks: the file is
-    /// left as it was, and writes past its end still work. Not durable until a sync.
+    /// file system cannot reserve blocks: the file is left as it was, and writes past its end
+    /// still work. Not durable until a sync.
     fn preallocate(&mut self, len: u64) -> io::Result<bool>;
 }
 

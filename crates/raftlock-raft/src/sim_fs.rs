@@ -3,9 +3,9 @@
 //!
 //! What a power cut does, following the contract in [`crate::fs`]:
 //! - each file keeps its synced bytes, except that a page overwritten since its last sync
-//!   holds the old bytes, the new ones or garbage where they differ; of the bytes appended since its last sync it
-//!   keeps none, a random prefix, or all of them with random pages zeroed or scrambled (torn
-//!   and reordered page writes);
+//!   holds the old bytes, the new ones or garbage where they differ; of the bytes appended
+//!   since its last sync it keeps none, a random prefix, or all of them with random pages
+//!   zeroed or scrambled (torn and reordered page writes);
 //! - of the creates, renames and removes since the last directory sync, a random prefix
 //!   survives (in order; a rename is atomic).
 //!
@@ -106,6 +106,20 @@ impl SimDir {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The existing file `name`, for appending or for writes at offsets.
+    fn open_existing(&self, name: &str, appending: bool) -> io::Result<Box<dyn DirFile>> {
+        let st = self.lock();
+        let ino = *st
+            .names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Box::new(SimFile {
+            dir: self.clone(),
+            ino,
+            appending,
+        }))
     }
 
     /// Loses power: keeps only what a real disk would be guaranteed or allowed to keep, then
@@ -226,29 +240,11 @@ impl Dir for SimDir {
     }
 
     fn open_append(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
-        let st = self.lock();
-        let ino = *st
-            .names
-            .get(name)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        Ok(Box::new(SimFile {
-            dir: self.clone(),
-            ino,
-            appending: true,
-        }))
+        self.open_existing(name, true)
     }
 
     fn open_write(&self, name: &str) -> io::Result<Box<dyn DirFile>> {
-        let st = self.lock();
-        let ino = *st
-            .names
-            .get(name)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        Ok(Box::new(SimFile {
-            dir: self.clone(),
-            ino,
-            appending: false,
-        }))
+        self.open_existing(name, false)
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {

@@ -12,9 +12,9 @@
 //! that have their blocks reserved), and frames are written into it at their offsets: a write
 //! that does not grow the file needs no file size written by its `fdatasync`, which makes
 //! a small write of the log ~30 % cheaper in CPU and wall time on ext4 (`make bench-wal`;
-//! docs/architecture.md, *The write-ahead log's preallocated segments*). So a segment's frames end where only zeros
-//! follow, not at the end of the file; a frame header is never zeros (its checksum covers
-//! its length), so the two are never confused.
+//! docs/architecture.md, *The write-ahead log's preallocated segments*). So a segment's
+//! frames end where only zeros follow, not at the end of the file; a frame header is never
+//! zeros (its checksum covers its length), so the two are never confused.
 //!
 //! A segment is closed once it passes the size limit and a new one starts with a checkpoint
 //! frame (the last purged log id and the committed id), so the oldest segments can be deleted
