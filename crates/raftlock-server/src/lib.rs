@@ -72,13 +72,13 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         None => None,
     };
     warn_if_plaintext(&config);
-    let listener = tokio::net::TcpListener::bind(&config.listen)
+    let listener = listener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(node_id = config.node_id, listen = %config.listen, data_dir = %config.data_dir.display(), "starting raftlock node");
     let peer_listener = match &config.peer_listen {
         Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
+            listener::bind(addr)
                 .await
                 .with_context(|| format!("binding the peer listener {addr}"))?,
         ),

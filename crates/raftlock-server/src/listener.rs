@@ -17,6 +17,9 @@
 //!   connections, pre-votes, a Raft stream's upgrade) never take a client's place, and the
 //!   reserve is free again for the next peer. They are few and authenticated; the drain on
 //!   stop still waits for them.
+//! - **Accept backlog** ([`LISTEN_BACKLOG`], [`bind`]): thousands of clients reconnecting at
+//!   once (after a failover or a restart) wait in the kernel's queue instead of having their
+//!   handshakes dropped.
 //! - **TLS** (optional, [`crate::tls`]): the handshake runs on the connection's own task
 //!   and must finish within the header-read timeout too; a failed handshake closes the
 //!   connection and is counted in `raftlock_tls_handshake_failures_total`.
@@ -86,6 +89,42 @@ impl ConnectionSlot {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
         self.0.permit.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Connections the kernel completes and queues for `accept` before it drops handshakes
+/// (capped by `net.core.somaxconn`, 4,096 by default since Linux 5.4). tokio's `bind` left
+/// 128 (the 129th handshake of a burst was dropped, in the test below): 4,600 clients connecting at once (a project's 4,096 blocking waits and its other
+/// calls, `tests/tests/waiter_budget.rs`) overflowed it 6,936 times, and each dropped handshake
+/// cost its client a SYN retransmit (1 s, then 3 s, …) or, on a loaded machine, a connect
+/// that timed out (221 of 100,000 calls).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` (`host:port`, the first address it resolves to that binds) with
+/// [`LISTEN_BACKLOG`] and `SO_REUSEADDR`, as `std` and tokio set it (a restarted node rebinds
+/// its port while the old connections linger in `TIME_WAIT`).
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(addr).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket
+            .bind(addr)
+            .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
 }
 
 /// How long a stopping node waits for open requests to finish.
@@ -215,4 +254,58 @@ where
     }
     conn.as_mut().graceful_shutdown();
     conn.await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Raises this process's open-file limit to at least `want` (up to the hard limit).
+    fn raise_fd_limit(want: u64) {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit on a valid, initialised struct.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+                lim.rlim_cur = want.min(lim.rlim_max);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    }
+
+    /// Past tokio's default backlog, a burst of connections to a node that has not accepted
+    /// them yet still completes its handshakes: with `TcpListener::bind` the 129th had its SYN
+    /// dropped and waited out a retransmit (seen failing).
+    #[tokio::test]
+    async fn a_burst_past_tokios_default_backlog_waits_in_the_queue() {
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let burst = 1_500;
+        if somaxconn < burst {
+            eprintln!("net.core.somaxconn is {somaxconn}: the kernel caps the backlog below {burst}; skipped");
+            return;
+        }
+        raise_fd_limit(u64::from(burst) + 256);
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..burst {
+            // A dropped SYN is retransmitted after 1 s: half that tells a queued handshake
+            // from a dropped one.
+            let connect = tokio::net::TcpStream::connect(addr);
+            match tokio::time::timeout(Duration::from_millis(500), connect).await {
+                Ok(Ok(stream)) => clients.push(stream),
+                Ok(Err(e)) => panic!("connect {} failed: {e}", clients.len()),
+                Err(_) => panic!(
+                    "connect {} of {burst} was not completed in 500 ms: the accept queue is full",
+                    clients.len()
+                ),
+            }
+        }
+        drop(listener);
+    }
 }
