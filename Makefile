@@ -33,7 +33,9 @@ unit:
 
 integration: pyenv
 	$(CARGO) build --bin raftlock
-	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock RAFTLOCK_PY_VENV=$(PY_VENV) \
+	$(CARGO) build --release --bin raftlock
+	RAFTLOCK_BIN=$(CURDIR)/target/debug/raftlock RAFTLOCK_RELEASE_BIN=$(CURDIR)/target/release/raftlock \
+		RAFTLOCK_PY_VENV=$(PY_VENV) \
 		$(CARGO) test -p raftlock-tests --no-fail-fast -- --test-threads=2
 
 # The Python tools of the OpenAPI tests (schemathesis, a spec validator, a client
