@@ -137,8 +137,9 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
     } else {
         ClientRequestId {
             client: uuid_of(REQUEST_ID_HEADER),
-            minted: mints(method, path)
-                .then(|| request_ids::node_minted(uuid::Uuid::new_v4().as_u128())),
+            // The thread's CSPRNG (seeded from the OS): `Uuid::new_v4` asks the kernel
+            // (`getrandom`) each time — a system call for every write.
+            minted: mints(method, path).then(|| request_ids::node_minted(rand::random::<u128>())),
         }
     }
 }
