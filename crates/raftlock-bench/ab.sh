@@ -5,7 +5,7 @@
 # slow second. Each is 3 nodes, every node's process capped at AB_CPUS of a core in a cgroup of
 # its own (as in `make bench-scaleout`), with AB_SHARDS data shards (0: one group); two load
 # generators run AB_CLIENTS clients each against the leaders, AB_ROUNDS rounds of AB_SECONDS.
-# Prints acquires/s per round and the ratio this build / <rev>.
+# Prints acquires/s per round, the ratio this build / <rev>, and the writes per log entry.
 #
 # Knobs: AB_REV (required), AB_SHARDS (0), AB_CPUS (0.2: six capped nodes and two generators
 # fit on 2 cores), AB_CLIENTS (64), AB_SECONDS (15), AB_ROUNDS (6), AB_DIR (target/ab).
@@ -21,43 +21,23 @@ ROUNDS=${AB_ROUNDS:-6}
 WORK=${AB_DIR:-$ROOT/target/ab}
 BIN=$ROOT/target/release
 TOKEN=ab-platform-token
+# shellcheck source=capped.sh
+source "$ROOT/crates/raftlock-bench/capped.sh"
 cargo build --release -p raftlock-server -p raftlock-bench
-BASE_DIR=$ROOT/target/baseline-$REV
-if [[ ! -x $BASE_DIR/target/release/raftlock ]]; then
-  echo "[ab] building $REV once, into $BASE_DIR" >&2
-  rm -rf "$BASE_DIR" && mkdir -p "$BASE_DIR"
-  git archive "$REV" | tar -x -C "$BASE_DIR"
-  (cd "$BASE_DIR" && CARGO_TARGET_DIR=$BASE_DIR/target cargo build --release -p raftlock-server >&2)
-fi
-# The shortest period the kernel takes (a 1 ms quota), as bench-scaleout's cap says why.
-PERIOD=$(awk -v c="$CPUS" 'BEGIN { p = int(1000 / c); if (p * c < 1000) p++; if (p < 1000) p = 1000; print p }')
-QUOTA=$(awk -v c="$CPUS" -v p="$PERIOD" 'BEGIN { printf "%d", c * p }')
+BASE_BIN=$(baseline_raftlock "$REV")
+PERIOD=$(cpu_period "$CPUS")
 rm -rf "$WORK" && mkdir -p "$WORK"
 DEVS=()
-CGROUPS=()
 stop() {
-  local pid cg
+  local pid
   for pid in "${DEVS[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
   for pid in "${DEVS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for cg in "${CGROUPS[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+  uncap_all
 }
 trap stop EXIT
-# cap PID NAME
-cap() {
-  local dir
-  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
-    dir=/sys/fs/cgroup/raftlock-ab-$2
-    mkdir -p "$dir" && echo "$QUOTA $PERIOD" >"$dir/cpu.max"
-  else
-    dir=/sys/fs/cgroup/cpu/raftlock-ab-$2
-    mkdir -p "$dir" && echo "$PERIOD" >"$dir/cpu.cfs_period_us" && echo "$QUOTA" >"$dir/cpu.cfs_quota_us"
-  fi
-  echo "$1" >"$dir/cgroup.procs"
-  CGROUPS+=("$dir")
-}
 # start NAME RAFTLOCK PORT: a capped 3-node dev cluster.
 start() {
-  local i pid shards=()
+  local i shards=()
   # No flag for one group: a release before shards has none.
   ((SHARDS == 0)) || shards=(--shards "$SHARDS")
   "$2" dev --nodes 3 "${shards[@]}" --base-port "$3" --data-dir "$WORK/$1" \
@@ -68,8 +48,7 @@ start() {
     sleep 0.2
   done
   for i in 1 2 3; do
-    pid=$(pgrep -f "serve --node-id $i .*--data-dir $WORK/$1/$i" | head -1)
-    cap "$pid" "$1-$i"
+    cap_process "$(dev_node_pid "$i" "$WORK/$1")" "ab-$1-$i" "$CPUS" "$PERIOD"
   done
 }
 endpoints() { echo "127.0.0.1:$1,127.0.0.1:$(($1 + 1)),127.0.0.1:$(($1 + 2))"; }
@@ -79,7 +58,7 @@ load() {
     --platform-token "$TOKEN" --label "$2" --clients "$CLIENTS" --seconds "$SECS" \
     --round "$3" 2>/dev/null | cut -f2
 }
-start base "$BASE_DIR/target/release/raftlock" 7711
+start base "$BASE_BIN" 7711
 start this "$BIN/raftlock" 7721
 echo "| round | $REV acquires/s | this build | ratio |"
 echo "|---|---|---|---|"
@@ -91,3 +70,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
   awk -v r="$round" -v a="$(cat "$WORK/base.$round")" -v b="$(cat "$WORK/this.$round")" \
     'BEGIN { printf "| %d | %s | %s | %.3f |\n", r, a, b, b / a }'
 done
+# Writes per log entry over all rounds (each leader's raftlock_proposal_batch_ops): how far
+# each entry's fixed cost was shared ("-" for a build that does not export it).
+per_entry() {
+  local i
+  for i in 0 1 2; do curl -sf "http://127.0.0.1:$(($1 + i))/metrics" || true; done |
+    awk '/^raftlock_proposal_batch_ops_sum/ { s += $NF } /^raftlock_proposal_batch_ops_count/ { c += $NF }
+      END { if (c > 0) printf "%.1f", s / c; else printf "-" }'
+}
+echo
+echo "writes per log entry: $REV $(per_entry 7711), this build $(per_entry 7721)"

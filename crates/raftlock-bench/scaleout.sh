@@ -27,11 +27,14 @@
 # Knobs: SCALEOUT_PARTS ("memory throughput"), SCALEOUT_LOCKS (1000000), SCALEOUT_DIR
 # (target/scaleout; on disk), SCALEOUT_CPUS (0.3), SCALEOUT_ROUNDS (2), SCALEOUT_CLIENTS (64),
 # SCALEOUT_SECONDS (10), SCALEOUT_BASELINE_REV (c4ecf19, the last commit before shards),
-# SCALEOUT_PERIOD_US (each node's CPU period; default the shortest the kernel allows, see cap).
+# SCALEOUT_PERIOD_US (each node's CPU period; default the shortest the kernel allows, see
+# cpu_period in capped.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+# shellcheck source=capped.sh
+source "$ROOT/crates/raftlock-bench/capped.sh"
 LOCKS=${SCALEOUT_LOCKS:-1000000}
 WORK=${SCALEOUT_DIR:-$ROOT/target/scaleout}
 BIN=$ROOT/target/release
@@ -53,18 +56,13 @@ log "building release binaries"
 cargo build --release -p raftlock-server -p raftlock-bench
 
 DEV_PID=
-CGROUPS=()
 stop() {
   if [[ -n $DEV_PID ]]; then
     kill -INT "$DEV_PID" 2>/dev/null || true
     wait "$DEV_PID" 2>/dev/null || true
     DEV_PID=
   fi
-  local cg
-  for cg in "${CGROUPS[@]}"; do
-    rmdir "$cg" 2>/dev/null || true
-  done
-  CGROUPS=()
+  uncap_all
 }
 trap stop EXIT
 
@@ -101,37 +99,17 @@ load() {
 rss() {
   local out=() of=${3:-rss_mib}
   for ((i = 1; i <= $1; i++)); do
-    out+=("$($of "$(pgrep -f "serve --node-id $i .*--data-dir $2/$i" | head -1)")")
+    out+=("$($of "$(dev_node_pid "$i" "$2")")")
   done
   echo "${out[*]}"
 }
 
 max() { tr ' ' '\n' | sort -n | tail -1; }
 
-# node_pid NODE DIR: the process serving node NODE of the dev cluster in DIR.
-node_pid() { pgrep -f "serve --node-id $1 .*--data-dir $2/$1" | head -1; }
-
-# cap PID NAME: PID gets $CPUS of a core, in a cgroup of its own. The period is the shortest
-# the kernel takes (its quota is 1 ms, the least it allows: 3.3 ms at 0.3 CPU), not docker's
-# 100 ms: a node that spends its quota early in a period waits out the rest of it, and a
-# small machine of its own never stops for milliseconds; it runs slower. The stalls are not
-# neutral: a client waits out every stall of every node its write passes through, so they
-# cost the clients of a closed loop throughput wherever a node is not already saturated
-# (measured: three shards 1.07-1.28x one data shard at a 10 ms period, 1.33-1.52x at 3.4 ms).
-PERIOD_US=${SCALEOUT_PERIOD_US:-$(awk -v c="$CPUS" 'BEGIN { p = int(1000 / c); if (p * c < 1000) p++; if (p < 1000) p = 1000; print p }')}
-cap() {
-  local quota dir
-  quota=$(awk -v c="$CPUS" -v p="$PERIOD_US" 'BEGIN { printf "%d", c * p }')
-  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
-    dir=/sys/fs/cgroup/raftlock-scaleout-$2
-    mkdir -p "$dir" && echo "$quota $PERIOD_US" >"$dir/cpu.max"
-  else
-    dir=/sys/fs/cgroup/cpu/raftlock-scaleout-$2
-    mkdir -p "$dir" && echo "$PERIOD_US" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
-  fi
-  echo "$1" >"$dir/cgroup.procs"
-  CGROUPS+=("$dir")
-}
+# Each node's CPU period (see cpu_period in capped.sh).
+PERIOD_US=${SCALEOUT_PERIOD_US:-$(cpu_period "$CPUS")}
+# cap PID NAME: PID gets $CPUS of a core, in a cgroup of its own.
+cap() { cap_process "$1" "scaleout-$2" "$CPUS" "$PERIOD_US"; }
 
 memory() {
 log "one group, 3 nodes, $LOCKS locks"
@@ -172,18 +150,6 @@ $SHARDS
 MD
 }
 
-# baseline: the raftlock binary of $BASE_REV, built once into target/baseline-$BASE_REV.
-baseline() {
-  local dir=$ROOT/target/baseline-$BASE_REV
-  if [[ ! -x $dir/target/release/raftlock ]]; then
-    log "building $BASE_REV (the release before shards) once, into $dir"
-    rm -rf "$dir" && mkdir -p "$dir"
-    git -C "$ROOT" archive "$BASE_REV" | tar -x -C "$dir"
-    (cd "$dir" && CARGO_TARGET_DIR=$dir/target cargo build --release -p raftlock-server >&2)
-  fi
-  echo "$dir/target/release/raftlock"
-}
-
 # measure LABEL SHARDS PORT [RAFTLOCK]: one capped 3-node cluster, one cell; appends
 # "label<TAB>acquires/s<TAB>p50<TAB>p99<TAB>errors" to $CELLS and "label<TAB>periods at the
 # cap per node<TAB>CPU µs per acquire per node<TAB>writes per log entry" to $THROTTLED.
@@ -191,7 +157,7 @@ measure() {
   start 3 "$2" "$3" "${4:-}"
   local i pids=() before=() used=()
   for i in 1 2 3; do
-    pids+=("$(node_pid "$i" "$WORK/n3-s$2")")
+    pids+=("$(dev_node_pid "$i" "$WORK/n3-s$2")")
     cap "${pids[-1]}" "n$i"
     before+=("$(cpu_ticks "${pids[-1]}")")
   done
@@ -232,7 +198,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # not the load generator, was what limited it).
 throttled() {
   local cg out=()
-  for cg in "${CGROUPS[@]}"; do
+  for cg in "${CAPPED_CGROUPS[@]}"; do
     out+=("$(awk '/^nr_periods/ {p=$2} /^nr_throttled/ {t=$2} END {printf "%.0f%%", p ? 100*t/p : 0}' "$cg/cpu.stat")")
   done
   echo "${out[*]}"
@@ -240,7 +206,7 @@ throttled() {
 
 throughput() {
   local base=
-  [[ -z $BASE_REV ]] || base=$(baseline)
+  [[ -z $BASE_REV ]] || base=$(baseline_raftlock "$BASE_REV")
   mkdir -p "$WORK"
   CELLS=$WORK/throughput.tsv
   THROTTLED=$WORK/throttled.tsv
