@@ -105,7 +105,13 @@ impl Group {
                 clock.stamp(term, applied_time(&state))
             })
         };
-        let proposer = Proposer::start(raft.clone(), config.commit_timeout, stamper);
+        let cpu_pressure = crate::cpu_pressure::CpuPressure::shared();
+        let proposer = Proposer::start(
+            raft.clone(),
+            config.commit_timeout,
+            stamper,
+            Arc::new(move || cpu_pressure.held_to_quota()),
+        );
         let read_gate = ReadGate::new(raft.clone(), config.commit_timeout);
         Ok(Group {
             id,

@@ -40,6 +40,7 @@ pub mod cli;
 pub mod clock;
 pub mod compaction;
 pub mod config;
+pub mod cpu_pressure;
 pub mod dev;
 pub mod election;
 pub mod group;

@@ -97,6 +97,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Operations per proposed log entry (group commit).",
     ),
     (
+        "raftlock_cpu_quota_held",
+        Kind::Gauge,
+        "1 while this node's cgroup CPU quota throttles it in a fifth or more of its periods (the proposer then lingers for fuller entries), else 0.",
+    ),
+    (
         "raftlock_proposal_commit_seconds",
         Kind::Histogram,
         "Time from proposing a log entry to its commit and apply.",
