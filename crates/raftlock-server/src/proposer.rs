@@ -63,11 +63,11 @@ pub type CpuBound = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Why: with one batch in flight, callers split into two groups taking turns — one waiting
 /// for its batch to commit while the other's next writes gather — so each entry holds about
 /// half of them. Lingering merges the groups: fewer, fuller entries, so less of a capped CPU
-/// goes to each entry's fixed cost. Measured with the proposer always lingering, on 3 nodes
-/// capped at 0.2 CPU, 64 clients, two clusters loaded at once (`make bench-ab`): one group 25
-/// → 44 writes per entry and +12 % acquires/s, three data shards 10 → 17 and +27 %. Only
-/// where the CPU quota is the limit: on nodes with CPU to spare it only added latency (16
-/// clients, unconstrained: −20 to −35 % acquires/s, p50 +0.6–0.9 ms).
+/// goes to each entry's fixed cost. Measured on 3 nodes capped at 0.2 CPU, 64 clients, two
+/// clusters loaded at once (`make bench-ab`): one group 28 → 47 writes per entry and 1.09×
+/// the acquires/s, three data shards 10 → 17 and 1.29×. Only where the CPU quota is the
+/// limit: lingering always, on nodes with CPU to spare, only added latency (16 clients,
+/// unconstrained: −20 to −35 % acquires/s, p50 +0.6–0.9 ms).
 struct Landing {
     last: Mutex<Option<(usize, Duration)>>,
     /// Whether to linger at all: the node is held to its CPU quota.
