@@ -91,6 +91,8 @@ async fn a_project_opening_100k_blocking_waits_is_held_to_its_budget() -> Result
     // speed instead of the budget).
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
+        // Below the node's 10 s idle close, so a kept connection is never reused as it closes.
+        .pool_idle_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(300))
         .build()?;
     let url = cluster.url(leader, "/v1beta/AcquireLock");

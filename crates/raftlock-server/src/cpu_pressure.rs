@@ -82,7 +82,32 @@ fn read_counters() -> Option<(u64, u64)> {
         .join("cgroup.controllers")
         .exists();
     let path = cpu_stat_path(&cgroups, unified)?;
-    counters(&std::fs::read_to_string(path).ok()?)
+    // In a container without a cgroup namespace (Docker on cgroup v1), /proc/self/cgroup
+    // names the host's path (`/docker/<id>`) while the container sees its own cgroup at the
+    // hierarchy's root: read that when the named one is not there.
+    let stat = std::fs::read_to_string(&path)
+        .or_else(|_| std::fs::read_to_string(hierarchy_root(&path, &cgroups, unified)?))
+        .ok()?;
+    counters(&stat)
+}
+
+/// The `cpu.stat` at the root of the hierarchy `path` is in.
+fn hierarchy_root(
+    path: &std::path::Path,
+    cgroups: &str,
+    unified: bool,
+) -> std::io::Result<PathBuf> {
+    let root = cpu_stat_path(&root_only(cgroups), unified);
+    root.filter(|r| r != path)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+}
+
+/// `cgroups` with every path replaced by the root (`/`).
+fn root_only(cgroups: &str) -> String {
+    cgroups
+        .lines()
+        .filter_map(|l| l.rsplit_once(':').map(|(head, _)| format!("{head}:/\n")))
+        .collect()
 }
 
 /// The `cpu.stat` of the cgroup that `/proc/self/cgroup` (`cgroups`) names: the v1 `cpu`
@@ -158,6 +183,22 @@ mod tests {
             cpu_stat_path(v2, false),
             None,
             "no v2 mount, no cpu hierarchy"
+        );
+    }
+
+    #[test]
+    fn a_container_without_a_cgroup_namespace_reads_its_hierarchys_root() {
+        let docker_v1 = "2:cpu,cpuacct:/docker/abc\n1:memory:/docker/abc\n";
+        let named = cpu_stat_path(docker_v1, false).unwrap();
+        assert_eq!(
+            hierarchy_root(&named, docker_v1, false).unwrap(),
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/cpu.stat")
+        );
+        let at_root = "2:cpu,cpuacct:/\n";
+        let named = cpu_stat_path(at_root, false).unwrap();
+        assert!(
+            hierarchy_root(&named, at_root, false).is_err(),
+            "already the root"
         );
     }
 

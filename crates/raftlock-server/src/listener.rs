@@ -105,16 +105,9 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
     let mut last = None;
     for addr in tokio::net::lookup_host(addr).await? {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        match socket
-            .bind(addr)
-            .and_then(|()| socket.listen(LISTEN_BACKLOG))
-        {
+        // As tokio does, any failure (an address family the host lacks, say) moves on to the
+        // next address.
+        match listen_on(addr) {
             Ok(listener) => return Ok(listener),
             Err(e) => last = Some(e),
         }
@@ -125,6 +118,17 @@ pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
             "the address resolves to nothing",
         )
     }))
+}
+
+fn listen_on(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// How long a stopping node waits for open requests to finish.
