@@ -69,8 +69,8 @@ pub type CpuBound = Arc<dyn Fn() -> bool + Send + Sync>;
 /// limit: lingering always, on nodes with CPU to spare, only added latency (16 clients,
 /// unconstrained: −20 to −35 % acquires/s, p50 +0.6–0.9 ms).
 struct Landing {
-    /// The last batch that committed: its writes, how long it took, and when it landed.
-    last: Mutex<Option<(usize, Duration, tokio::time::Instant)>>,
+    /// The last batch that committed: its writes and how long it took.
+    last: Mutex<Option<(usize, Duration)>>,
     /// Whether to linger at all: the node is held to its CPU quota.
     cpu_bound: CpuBound,
 }
@@ -86,19 +86,19 @@ impl Landing {
     /// Records a batch of `writes` that committed, taking `took`. (A batch that failed is not
     /// recorded: its callers got a 503 and do not come straight back.)
     fn landed(&self, writes: usize, took: Duration) {
-        let now = tokio::time::Instant::now();
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((writes, took, now));
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((writes, took));
     }
 
-    /// How many more writes the next batch waits for, and until when at most (once: the batch
-    /// after it waits only if another lands). The wait counts from the landing, so a batch
-    /// that starts later — its writers long back — does not wait at all.
-    fn wait_for(&self) -> Option<(usize, tokio::time::Instant)> {
+    /// How many more writes the next batch waits for, and for how long at most (once: the
+    /// batch after it waits only if another lands). The wait starts when that batch starts,
+    /// not at the landing: on a capped node the first writer may come back after more than
+    /// the wait (counted from the landing, lingering merged almost nothing: 10.8 writes per
+    /// entry instead of 16.9). Writers that came back before it started are counted among
+    /// the queued and again among those coming, so such a batch may wait its whole time.
+    fn wait_for(&self) -> Option<(usize, Duration)> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let (writes, took, at) = last?;
-        let until = at + (took / 2).min(MAX_LINGER);
-        let worth_it = writes >= PIPELINE_BELOW && until > tokio::time::Instant::now();
-        (worth_it && (self.cpu_bound)()).then_some((writes, until))
+        last.filter(|(writes, _)| *writes >= PIPELINE_BELOW && (self.cpu_bound)())
+            .map(|(writes, took)| (writes, (took / 2).min(MAX_LINGER)))
     }
 }
 
@@ -265,8 +265,9 @@ async fn next_batch(
         .expect("semaphore never closed");
     let mut batch = vec![first];
     take_queued(rx, &mut batch);
-    if let Some((coming, until)) = landing.wait_for() {
+    if let Some((coming, linger)) = landing.wait_for() {
         let want = (batch.len() + coming).min(MAX_BATCH);
+        let until = tokio::time::Instant::now() + linger;
         while batch.len() < want {
             match tokio::time::timeout_at(until, rx.recv()).await {
                 Ok(Some(item)) => {
@@ -430,18 +431,6 @@ mod tests {
         let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
         assert_eq!(batch.len(), 1);
         assert_eq!(started.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_batch_that_starts_long_after_the_landing_does_not_wait() {
-        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let landing = Landing::new(Arc::new(|| true));
-        landing.landed(8, Duration::from_millis(20));
-        tokio::time::sleep(MAX_LINGER).await;
-        let (_tx, mut rx) = queue_of(1);
-        let started = tokio::time::Instant::now();
-        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
-        assert_eq!((batch.len(), started.elapsed()), (1, Duration::ZERO));
     }
 
     #[tokio::test(start_paused = true)]
