@@ -143,7 +143,11 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
-        let _ = run(Command::new("docker").args(["rmi", "-f", &self.0]));
+        // `--no-prune`: the tests build their images at the same time from the same steps,
+        // so they share the builder's cached layers; pruning this image's untagged parents
+        // pulled a layer from under another test's build ("No such image: sha256:…", seen
+        // once in CI).
+        let _ = run(Command::new("docker").args(["rmi", "-f", "--no-prune", &self.0]));
     }
 }
 
