@@ -7,6 +7,10 @@
 //!   1,000,000 held keys in the project.
 //! * `project_acquire_release_minted/10`: the same with 10 held, each op under a freshly
 //!   minted request id, as a node proposes every write that came without one.
+//! * `project_acquire_fresh_minted/20_per_entry_100k_held`: one log entry of 20 acquires of
+//!   fresh keys under minted ids in a project of 100,000 held locks and growing, as a replica applies
+//!   them under `raftlock-bench scaleout` (keys with a run's long shared prefix; the minted
+//!   table full, so each write also forgets one id).
 //! * `tick_reap_100_of_1m_leases`: one `Tick` that reaps 100 expiring leases (each holding one
 //!   lock) while ~1,000,000 other leases stay live. The state is built once; the 100 expiring
 //!   leases are created untimed before each tick, staggered by 1 ns so each tick reaps
@@ -257,6 +261,66 @@ fn bench_project_acquire_release_minted(c: &mut Criterion) {
     group.finish();
 }
 
+/// What a replica applies under `raftlock-bench scaleout`: log entries of `FRESH_BATCH`
+/// acquires of keys never used before (named as the bench names them, with the long shared
+/// prefix of one run), each under a freshly minted request id, in a project that holds
+/// `FRESH_HELD` locks at the start (20 more after each iteration, as in service) and whose
+/// table of minted ids is full. Per iteration: one entry.
+fn bench_project_acquire_fresh_minted(c: &mut Criterion) {
+    use raftlock_core::request_ids::{node_minted, MAX_PER_PROJECT};
+    const FRESH_HELD: usize = 100_000;
+    const FRESH_BATCH: usize = 20;
+    let key = |n: usize| format!("so1-1796604084-w1-c64-{}-{n}", n % 64);
+    // A run adds a million locks or more: past the default budget of a project's locks.
+    let mut sm = StateMachine::default().with_byte_quotas(1 << 40, 1 << 40);
+    apply_all(
+        &mut sm,
+        T0,
+        std::iter::once(Op::CreateProject { name: P.into() }),
+    );
+    let mut next = 0usize;
+    let mut entry = |stamp: i64| {
+        let ops = (0..FRESH_BATCH)
+            .map(|_| {
+                next += 1;
+                Op::Once {
+                    request_id: node_minted(next as u128),
+                    op: Box::new(project_lock(
+                        key(next),
+                        LockAction::Acquire {
+                            token: next as u128,
+                            ttl_seconds: 7_776_000,
+                        },
+                    )),
+                }
+            })
+            .collect();
+        Command { stamp, ops }
+    };
+    let mut stamp = T0;
+    for _ in 0..FRESH_HELD.max(MAX_PER_PROJECT).div_ceil(FRESH_BATCH) {
+        stamp += 1;
+        assert!(sm.apply(&entry(stamp)).iter().all(|o| o.is_ok()));
+    }
+    let mut group = c.benchmark_group("project_acquire_fresh_minted");
+    group.sample_size(50);
+    group.bench_function("20_per_entry_100k_held", |b| {
+        b.iter_batched(
+            || {
+                stamp += 1;
+                entry(stamp)
+            },
+            |cmd| {
+                let out = sm.apply(black_box(&cmd));
+                assert!(out.iter().all(|o| o.is_ok()));
+                black_box(out);
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
 /// ~1,000,000 live leases; ticks that each reap exactly 100 leases holding one lock each.
 ///
 /// Time only moves forward, and a lease lives at least 1 s, so expiring leases are created
@@ -442,6 +506,7 @@ criterion_group!(
     bench_hier_acquire_release,
     bench_project_acquire_release,
     bench_project_acquire_release_minted,
+    bench_project_acquire_fresh_minted,
     bench_tick_reap,
     bench_snapshot
 );
