@@ -69,8 +69,8 @@ pub type CpuBound = Arc<dyn Fn() -> bool + Send + Sync>;
 /// limit: lingering always, on nodes with CPU to spare, only added latency (16 clients,
 /// unconstrained: −20 to −35 % acquires/s, p50 +0.6–0.9 ms).
 struct Landing {
-    /// The last batch that committed: its writes and how long it took.
-    last: Mutex<Option<(usize, Duration)>>,
+    /// The last batch that committed: its writes, how long it took, and when it landed.
+    last: Mutex<Option<Landed>>,
     /// Whether to linger at all: the node is held to its CPU quota.
     cpu_bound: CpuBound,
 }
@@ -86,20 +86,40 @@ impl Landing {
     /// Records a batch of `writes` that committed, taking `took`. (A batch that failed is not
     /// recorded: its callers got a 503 and do not come straight back.)
     fn landed(&self, writes: usize, took: Duration) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((writes, took));
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Landed {
+            writes,
+            took,
+            at: Instant::now(),
+        });
     }
 
-    /// How many more writes the next batch waits for, and for how long at most (once: the
-    /// batch after it waits only if another lands). The wait starts when that batch starts,
-    /// not at the landing: on a capped node the first writer may come back after more than
-    /// the wait (counted from the landing, lingering merged almost nothing: 10.8 writes per
-    /// entry instead of 16.9). Writers that came back before it started are counted among
-    /// the queued and again among those coming, so such a batch may wait its whole time.
-    fn wait_for(&self) -> Option<(usize, Duration)> {
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).take();
-        last.filter(|(writes, _)| *writes >= PIPELINE_BELOW && (self.cpu_bound)())
-            .map(|(writes, took)| (writes, (took / 2).min(MAX_LINGER)))
+    /// What the next batch, holding `batch`, waits for: the writes of the landed batch that
+    /// are not back yet — every write queued since the landing counts as one of them — and
+    /// for how long at most (once: the batch after it waits only if another lands). The wait
+    /// starts when that batch starts, not at the landing: on a capped node the first writer
+    /// may come back after more than the wait (counted from the landing, lingering merged
+    /// almost nothing: 10.8 writes per entry instead of 16.9).
+    fn wait_for(&self, batch: &[Queued]) -> Option<(usize, Duration)> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        if last.writes < PIPELINE_BELOW || !(self.cpu_bound)() {
+            return None;
+        }
+        let back = batch.iter().filter(|(_, _, at)| *at >= last.at).count();
+        Some((
+            last.writes.saturating_sub(back),
+            (last.took / 2).min(MAX_LINGER),
+        ))
     }
+}
+
+/// A batch that committed, as [`Landing`] keeps it.
+struct Landed {
+    /// Its writes: about as many callers come back with their next write.
+    writes: usize,
+    /// From its proposal to its commit.
+    took: Duration,
+    /// When it committed (before its callers had their answers).
+    at: Instant,
 }
 
 type Reply = oneshot::Sender<Result<Outcome, Unavailable>>;
@@ -265,7 +285,7 @@ async fn next_batch(
         .expect("semaphore never closed");
     let mut batch = vec![first];
     take_queued(rx, &mut batch);
-    if let Some((coming, linger)) = landing.wait_for() {
+    if let Some((coming, linger)) = landing.wait_for(&batch) {
         let want = (batch.len() + coming).min(MAX_BATCH);
         let until = tokio::time::Instant::now() + linger;
         while batch.len() < want {
@@ -393,20 +413,40 @@ mod tests {
     async fn under_load_a_batch_waits_for_the_writers_of_the_one_that_landed() {
         let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         let landing = Landing::new(Arc::new(|| true));
-        landing.landed(8, Duration::from_millis(20));
         let (tx, mut rx) = queue_of(2);
+        landing.landed(8, Duration::from_millis(20));
         let coming = arriving(tx.clone(), 8, Duration::from_millis(1));
         let started = tokio::time::Instant::now();
         let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
         assert_eq!(
             batch.len(),
             10,
-            "the queued two and the eight that came back"
+            "the two queued before the landing and the eight that came back"
         );
         assert_eq!(
             started.elapsed(),
             Duration::from_millis(1),
             "not a moment longer"
+        );
+        coming.await.unwrap();
+    }
+
+    /// Writers that came back before the batch started are among those it waits for, not
+    /// on top of them (it waited its whole 2 ms for writes that would never come).
+    #[tokio::test(start_paused = true)]
+    async fn writers_back_before_the_batch_starts_count_once() {
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let landing = Landing::new(Arc::new(|| true));
+        landing.landed(8, Duration::from_millis(20));
+        let (tx, mut rx) = queue_of(3);
+        let coming = arriving(tx.clone(), 5, Duration::from_millis(1));
+        let started = tokio::time::Instant::now();
+        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
+        assert_eq!(batch.len(), 8);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(1),
+            "done once all eight are back"
         );
         coming.await.unwrap();
     }
