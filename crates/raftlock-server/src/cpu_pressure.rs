@@ -81,57 +81,56 @@ fn read_counters() -> Option<(u64, u64)> {
     let unified = std::path::Path::new(CGROUP_ROOT)
         .join("cgroup.controllers")
         .exists();
-    let path = cpu_stat_path(&cgroups, unified)?;
+    let cgroup = CpuCgroup::of(&cgroups, unified)?;
     // In a container without a cgroup namespace (Docker on cgroup v1), /proc/self/cgroup
     // names the host's path (`/docker/<id>`) while the container sees its own cgroup at the
     // hierarchy's root: read that when the named one is not there.
-    let stat = std::fs::read_to_string(&path)
-        .or_else(|_| std::fs::read_to_string(hierarchy_root(&path, &cgroups, unified)?))
-        .ok()?;
+    let stat = std::fs::read_to_string(cgroup.stat())
+        .ok()
+        .or_else(|| std::fs::read_to_string(cgroup.root_stat()?).ok())?;
     counters(&stat)
 }
 
-/// The `cpu.stat` at the root of the hierarchy `path` is in.
-fn hierarchy_root(
-    path: &std::path::Path,
-    cgroups: &str,
-    unified: bool,
-) -> std::io::Result<PathBuf> {
-    let root = cpu_stat_path(&root_only(cgroups), unified);
-    root.filter(|r| r != path)
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+/// The cgroup that holds this process's CPU counters.
+#[derive(Debug, PartialEq)]
+struct CpuCgroup {
+    /// Where its hierarchy is mounted: the v1 `cpu` controller's, or the unified one.
+    hierarchy: PathBuf,
+    /// Its path inside the hierarchy, without the leading `/` (empty: the root).
+    path: String,
 }
 
-/// `cgroups` with every path replaced by the root (`/`).
-fn root_only(cgroups: &str) -> String {
-    cgroups
-        .lines()
-        .filter_map(|l| l.rsplit_once(':').map(|(head, _)| format!("{head}:/\n")))
-        .collect()
-}
-
-/// The `cpu.stat` of the cgroup that `/proc/self/cgroup` (`cgroups`) names: the v1 `cpu`
-/// controller's when there is one, else the unified hierarchy's (`unified`: `CGROUP_ROOT` is
-/// a v2 mount).
-fn cpu_stat_path(cgroups: &str, unified: bool) -> Option<PathBuf> {
-    let mut v2 = None;
-    for line in cgroups.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let relative = path.trim_start_matches('/');
-        if controllers.split(',').any(|c| c == "cpu") {
-            return Some(
-                PathBuf::from(CGROUP_ROOT)
-                    .join(controllers)
-                    .join(relative)
-                    .join("cpu.stat"),
-            );
+impl CpuCgroup {
+    /// The cgroup that `/proc/self/cgroup` (`cgroups`) names: the v1 `cpu` controller's when
+    /// there is one, else the unified hierarchy's (`unified`: `CGROUP_ROOT` is a v2 mount).
+    fn of(cgroups: &str, unified: bool) -> Option<CpuCgroup> {
+        let mut v2 = None;
+        for line in cgroups.lines() {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let at = |hierarchy: PathBuf| CpuCgroup {
+                hierarchy,
+                path: path.trim_matches('/').to_string(),
+            };
+            if controllers.split(',').any(|c| c == "cpu") {
+                return Some(at(PathBuf::from(CGROUP_ROOT).join(controllers)));
+            }
+            if controllers.is_empty() && unified {
+                v2 = Some(at(PathBuf::from(CGROUP_ROOT)));
+            }
         }
-        if controllers.is_empty() && unified {
-            v2 = Some(PathBuf::from(CGROUP_ROOT).join(relative).join("cpu.stat"));
-        }
+        v2
     }
-    v2
+
+    /// Its `cpu.stat`.
+    fn stat(&self) -> PathBuf {
+        self.hierarchy.join(&self.path).join("cpu.stat")
+    }
+
+    /// The `cpu.stat` at the root of its hierarchy, unless it is the root.
+    fn root_stat(&self) -> Option<PathBuf> {
+        (!self.path.is_empty()).then(|| self.hierarchy.join("cpu.stat"))
+    }
 }
 
 /// `(nr_periods, nr_throttled)` from a `cpu.stat`.
@@ -160,44 +159,43 @@ fn throttled_share(before: (u64, u64), after: (u64, u64)) -> f64 {
 mod tests {
     use super::*;
 
+    fn stat_of(cgroups: &str, unified: bool) -> Option<PathBuf> {
+        CpuCgroup::of(cgroups, unified).map(|c| c.stat())
+    }
+
     #[test]
     fn the_cpu_controllers_cgroup_is_found_in_v1_and_v2_layouts() {
         let v1 = "4:memory:/x\n2:cpu,cpuacct:/raftlock-ab-this-1\n0::/\n";
         assert_eq!(
-            cpu_stat_path(v1, false),
+            stat_of(v1, false),
             Some(PathBuf::from(
                 "/sys/fs/cgroup/cpu,cpuacct/raftlock-ab-this-1/cpu.stat"
             ))
         );
         let v1_root = "1:cpu:/\n0::/\n";
         assert_eq!(
-            cpu_stat_path(v1_root, false),
+            stat_of(v1_root, false),
             Some(PathBuf::from("/sys/fs/cgroup/cpu/cpu.stat"))
         );
         let v2 = "0::/kubepods/pod1/c1\n";
         assert_eq!(
-            cpu_stat_path(v2, true),
+            stat_of(v2, true),
             Some(PathBuf::from("/sys/fs/cgroup/kubepods/pod1/c1/cpu.stat"))
         );
-        assert_eq!(
-            cpu_stat_path(v2, false),
-            None,
-            "no v2 mount, no cpu hierarchy"
-        );
+        assert_eq!(stat_of(v2, false), None, "no v2 mount, no cpu hierarchy");
     }
 
     #[test]
     fn a_container_without_a_cgroup_namespace_reads_its_hierarchys_root() {
         let docker_v1 = "2:cpu,cpuacct:/docker/abc\n1:memory:/docker/abc\n";
-        let named = cpu_stat_path(docker_v1, false).unwrap();
         assert_eq!(
-            hierarchy_root(&named, docker_v1, false).unwrap(),
-            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/cpu.stat")
+            CpuCgroup::of(docker_v1, false).unwrap().root_stat(),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/cpu.stat"))
         );
         let at_root = "2:cpu,cpuacct:/\n";
-        let named = cpu_stat_path(at_root, false).unwrap();
-        assert!(
-            hierarchy_root(&named, at_root, false).is_err(),
+        assert_eq!(
+            CpuCgroup::of(at_root, false).unwrap().root_stat(),
+            None,
             "already the root"
         );
     }
