@@ -8,7 +8,7 @@
 //! * `project_acquire_release_minted/10`: the same with 10 held, each op under a freshly
 //!   minted request id, as a node proposes every write that came without one.
 //! * `project_acquire_fresh_minted/20_per_entry_100k_held`: one log entry of 20 acquires of
-//!   fresh keys under minted ids in a project of 100,000 held locks and growing, as a replica applies
+//!   fresh keys under minted ids in a project of 100,000 held locks, as a replica applies
 //!   them under `raftlock-bench scaleout` (keys with a run's long shared prefix; the minted
 //!   table full, so each write also forgets one id).
 //! * `tick_reap_100_of_1m_leases`: one `Tick` that reaps 100 expiring leases (each holding one
@@ -263,61 +263,81 @@ fn bench_project_acquire_release_minted(c: &mut Criterion) {
 
 /// What a replica applies under `raftlock-bench scaleout`: log entries of `FRESH_BATCH`
 /// acquires of keys never used before (named as the bench names them, with the long shared
-/// prefix of one run), each under a freshly minted request id, in a project that holds
-/// `FRESH_HELD` locks at the start (20 more after each iteration, as in service) and whose
-/// table of minted ids is full. Per iteration: one entry.
+/// prefix of one run), each under a freshly minted request id, in a project holding
+/// `FRESH_HELD` locks whose table of minted ids is full. Per iteration: one such entry,
+/// timed; then, untimed, an entry releasing its keys, so the project holds `FRESH_HELD`
+/// locks at every iteration.
 fn bench_project_acquire_fresh_minted(c: &mut Criterion) {
     use raftlock_core::request_ids::{node_minted, MAX_PER_PROJECT};
     const FRESH_HELD: usize = 100_000;
     const FRESH_BATCH: usize = 20;
     let key = |n: usize| format!("so1-1796604084-w1-c64-{}-{n}", n % 64);
-    // A run adds a million locks or more: past the default budget of a project's locks.
-    let mut sm = StateMachine::default().with_byte_quotas(1 << 40, 1 << 40);
+    let acquire = |n: usize| {
+        project_lock(
+            key(n),
+            LockAction::Acquire {
+                token: n as u128,
+                ttl_seconds: 7_776_000,
+            },
+        )
+    };
+    let mut sm = StateMachine::default();
     apply_all(
         &mut sm,
         T0,
-        std::iter::once(Op::CreateProject { name: P.into() }),
+        std::iter::once(Op::CreateProject { name: P.into() }).chain((1..=FRESH_HELD).map(acquire)),
     );
-    let mut next = 0usize;
-    let mut entry = |stamp: i64| {
-        let ops = (0..FRESH_BATCH)
-            .map(|_| {
-                next += 1;
-                Op::Once {
-                    request_id: node_minted(next as u128),
-                    op: Box::new(project_lock(
-                        key(next),
-                        LockAction::Acquire {
-                            token: next as u128,
-                            ttl_seconds: 7_776_000,
-                        },
-                    )),
-                }
+    let mut next = FRESH_HELD;
+    let mut stamp = T0;
+    // Entries of `FRESH_BATCH` fresh acquires under minted ids, and the entry releasing them.
+    let mut entries = move || {
+        stamp += 1;
+        let keys = next + 1..=next + FRESH_BATCH;
+        next += FRESH_BATCH;
+        let acquires = keys
+            .clone()
+            .map(|n| Op::Once {
+                request_id: node_minted(n as u128),
+                op: Box::new(acquire(n)),
             })
             .collect();
-        Command { stamp, ops }
+        let releases = keys
+            .map(|n| project_lock(key(n), LockAction::Release { token: n as u128 }))
+            .collect();
+        (
+            Command {
+                stamp,
+                ops: acquires,
+            },
+            Command {
+                stamp,
+                ops: releases,
+            },
+        )
     };
-    let mut stamp = T0;
-    for _ in 0..FRESH_HELD.max(MAX_PER_PROJECT).div_ceil(FRESH_BATCH) {
-        stamp += 1;
-        assert!(sm.apply(&entry(stamp)).iter().all(|o| o.is_ok()));
+    for _ in 0..MAX_PER_PROJECT.div_ceil(FRESH_BATCH) {
+        let (acquire, release) = entries();
+        assert!(sm.apply(&acquire).iter().all(|o| o.is_ok()));
+        sm.apply(&release);
     }
+    assert_eq!(sm.project_lock_count(), FRESH_HELD);
     let mut group = c.benchmark_group("project_acquire_fresh_minted");
     group.sample_size(50);
     group.bench_function("20_per_entry_100k_held", |b| {
-        b.iter_batched(
-            || {
-                stamp += 1;
-                entry(stamp)
-            },
-            |cmd| {
-                let out = sm.apply(black_box(&cmd));
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let (acquire, release) = entries();
+                let started = Instant::now();
+                let out = sm.apply(black_box(&acquire));
+                timed += started.elapsed();
                 assert!(out.iter().all(|o| o.is_ok()));
-                black_box(out);
-            },
-            criterion::BatchSize::SmallInput,
-        )
+                sm.apply(&release);
+            }
+            timed
+        })
     });
+    assert_eq!(sm.project_lock_count(), FRESH_HELD);
     group.finish();
 }
 

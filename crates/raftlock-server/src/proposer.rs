@@ -56,8 +56,8 @@ pub type CpuBound = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// What the batch that landed last tells the next one, on a node held to its CPU quota: when
 /// it held [`PIPELINE_BELOW`] or more writes, its callers are about to send their next
-/// writes, and the next batch *lingers* for them — until it holds what was queued plus as
-/// many writes as landed, for at most half as long as that batch took to commit, and never
+/// writes, and the next batch *lingers* for them — until it holds what was queued before the
+/// landing plus as many writes as landed, for at most half as long as that batch took to commit, and never
 /// over [`MAX_LINGER`] (tokio's timers tick in milliseconds, so at least one).
 ///
 /// Why: with one batch in flight, callers split into two groups taking turns — one waiting
@@ -447,6 +447,25 @@ mod tests {
             started.elapsed(),
             Duration::from_millis(1),
             "done once all eight are back"
+        );
+        coming.await.unwrap();
+    }
+
+    /// ... and writes queued before the landing are not among them.
+    #[tokio::test(start_paused = true)]
+    async fn writers_queued_before_the_landing_are_not_the_ones_coming_back() {
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let landing = Landing::new(Arc::new(|| true));
+        let (tx, mut rx) = queue_of(2);
+        landing.landed(8, Duration::from_millis(20));
+        // Seven of the eight come back; the batch waits for the eighth until its time is up.
+        let coming = arriving(tx.clone(), 7, Duration::from_millis(1));
+        let started = tokio::time::Instant::now();
+        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
+        assert_eq!(
+            (batch.len(), started.elapsed()),
+            (9, MAX_LINGER),
+            "waited for 2 + 8, not done at 2 + 7"
         );
         coming.await.unwrap();
     }
