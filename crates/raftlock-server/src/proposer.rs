@@ -409,65 +409,59 @@ mod tests {
         })
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn under_load_a_batch_waits_for_the_writers_of_the_one_that_landed() {
+    /// On a node held to its quota (`cpu_bound`): `before` writes queued, then a batch of 8
+    /// that took 20 ms lands, `after` more are queued, and `back` more arrive 1 ms later. The
+    /// next batch's size, and how long it took to go.
+    async fn next_batch_after_landing(
+        cpu_bound: bool,
+        before: usize,
+        after: usize,
+        back: usize,
+    ) -> (usize, Duration) {
         let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let landing = Landing::new(Arc::new(|| true));
-        let (tx, mut rx) = queue_of(2);
+        let landing = Landing::new(Arc::new(move || cpu_bound));
+        let (tx, mut rx) = queue_of(before);
         landing.landed(8, Duration::from_millis(20));
-        let coming = arriving(tx.clone(), 8, Duration::from_millis(1));
+        for _ in 0..after {
+            tx.try_send(queued()).unwrap();
+        }
+        let coming = arriving(tx.clone(), back, Duration::from_millis(1));
         let started = tokio::time::Instant::now();
         let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
-        assert_eq!(
-            batch.len(),
-            10,
-            "the two queued before the landing and the eight that came back"
-        );
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_millis(1),
-            "not a moment longer"
-        );
+        let went = (batch.len(), started.elapsed());
         coming.await.unwrap();
+        went
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_load_a_batch_waits_for_the_writers_of_the_one_that_landed() {
+        assert_eq!(
+            next_batch_after_landing(true, 2, 0, 8).await,
+            (10, Duration::from_millis(1)),
+            "the two queued before the landing and the eight that came back, not a moment longer"
+        );
     }
 
     /// Writers that came back before the batch started are among those it waits for, not
     /// on top of them (it waited its whole 2 ms for writes that would never come).
     #[tokio::test(start_paused = true)]
     async fn writers_back_before_the_batch_starts_count_once() {
-        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let landing = Landing::new(Arc::new(|| true));
-        landing.landed(8, Duration::from_millis(20));
-        let (tx, mut rx) = queue_of(3);
-        let coming = arriving(tx.clone(), 5, Duration::from_millis(1));
-        let started = tokio::time::Instant::now();
-        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
-        assert_eq!(batch.len(), 8);
         assert_eq!(
-            started.elapsed(),
-            Duration::from_millis(1),
+            next_batch_after_landing(true, 0, 3, 5).await,
+            (8, Duration::from_millis(1)),
             "done once all eight are back"
         );
-        coming.await.unwrap();
     }
 
     /// ... and writes queued before the landing are not among them.
     #[tokio::test(start_paused = true)]
     async fn writers_queued_before_the_landing_are_not_the_ones_coming_back() {
-        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let landing = Landing::new(Arc::new(|| true));
-        let (tx, mut rx) = queue_of(2);
-        landing.landed(8, Duration::from_millis(20));
         // Seven of the eight come back; the batch waits for the eighth until its time is up.
-        let coming = arriving(tx.clone(), 7, Duration::from_millis(1));
-        let started = tokio::time::Instant::now();
-        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
         assert_eq!(
-            (batch.len(), started.elapsed()),
+            next_batch_after_landing(true, 2, 0, 7).await,
             (9, MAX_LINGER),
             "waited for 2 + 8, not done at 2 + 7"
         );
-        coming.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -494,15 +488,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn with_cpu_to_spare_nothing_lingers() {
-        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let landing = never();
-        landing.landed(8, Duration::from_millis(20));
-        let (tx, mut rx) = queue_of(2);
-        let coming = arriving(tx.clone(), 8, Duration::from_millis(1));
-        let started = tokio::time::Instant::now();
-        let (batch, _permit) = next_batch(&mut rx, &slots, &landing).await.unwrap();
-        assert_eq!((batch.len(), started.elapsed()), (2, Duration::ZERO));
-        coming.await.unwrap();
+        assert_eq!(
+            next_batch_after_landing(false, 2, 0, 8).await,
+            (2, Duration::ZERO)
+        );
     }
 
     #[tokio::test(start_paused = true)]
