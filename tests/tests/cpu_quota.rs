@@ -33,10 +33,8 @@ fn unified() -> bool {
 fn under_a_quota_already() -> bool {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     if unified() {
-        !read("/sys/fs/cgroup/cpu.max")
-            .trim_start()
-            .starts_with("max")
-            && !read("/sys/fs/cgroup/cpu.max").is_empty()
+        let max = read("/sys/fs/cgroup/cpu.max");
+        !max.is_empty() && !max.trim_start().starts_with("max")
     } else {
         read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
             .trim()
