@@ -70,13 +70,5 @@ for ((round = 1; round <= ROUNDS; round++)); do
   awk -v r="$round" -v a="$(cat "$WORK/base.$round")" -v b="$(cat "$WORK/this.$round")" \
     'BEGIN { printf "| %d | %s | %s | %.3f |\n", r, a, b, b / a }'
 done
-# Writes per log entry over all rounds (each leader's raftlock_proposal_batch_ops): how far
-# each entry's fixed cost was shared ("-" for a build that does not export it).
-per_entry() {
-  local i
-  for i in 0 1 2; do curl -sf "http://127.0.0.1:$(($1 + i))/metrics" || true; done |
-    awk '/^raftlock_proposal_batch_ops_sum/ { s += $NF } /^raftlock_proposal_batch_ops_count/ { c += $NF }
-      END { if (c > 0) printf "%.1f", s / c; else printf "-" }'
-}
 echo
-echo "writes per log entry: $REV $(per_entry 7711), this build $(per_entry 7721)"
+echo "writes per log entry: $REV $(writes_per_entry 7711), this build $(writes_per_entry 7721)"

@@ -1,6 +1,7 @@
 # Sourced by the benches that make each node a small machine of its own (scaleout.sh, ab.sh);
 # does nothing on its own. Caps a process's CPU in a cgroup of its own, finds the processes of
-# a `raftlock dev` cluster, and builds another revision's `raftlock` once to compare with.
+# a `raftlock dev` cluster, reads how full their log entries were, and builds another
+# revision's `raftlock` once to compare with.
 #
 # Before sourcing, a script sets ROOT (the checkout). Every cgroup made here is listed in
 # CAPPED_CGROUPS; `uncap_all` removes them (call it from the script's EXIT trap).
@@ -44,6 +45,18 @@ uncap_all() {
 # dev_node_pid NODE DATA_DIR: the process serving node NODE of the `raftlock dev` cluster
 # whose data directory is DATA_DIR.
 dev_node_pid() { pgrep -f "serve --node-id $1 .*--data-dir $2/$1" | head -1; }
+
+# writes_per_entry PORT: the writes per log entry the leaders of the 3-node cluster at PORT
+# proposed since it started (every node's raftlock_proposal_batch_ops, summed): each entry
+# costs each replica an fsync, a round trip and wake-ups whatever it holds, so this says how
+# far those costs are shared. "-" for a release that does not export it.
+writes_per_entry() {
+  local i
+  for i in 0 1 2; do
+    curl -sf "http://127.0.0.1:$(($1 + i))/metrics" || true
+  done | awk '/^raftlock_proposal_batch_ops_sum/ { s += $NF } /^raftlock_proposal_batch_ops_count/ { c += $NF }
+    END { if (c > 0) printf "%.1f", s / c; else printf "-" }'
+}
 
 # baseline_raftlock REV: the path of REV's release `raftlock`, built once (from `git archive`,
 # so the working tree is untouched) into target/baseline-REV.

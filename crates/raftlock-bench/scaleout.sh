@@ -171,22 +171,10 @@ measure() {
       -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / (o * s) }')")
   done
   held=$(throttled)
-  per_entry=$(ops_per_entry "$3")
+  per_entry=$(writes_per_entry "$3")
   log "  share of periods each node was throttled in: $held; CPU µs per acquire: ${used[*]}; writes per log entry: $per_entry"
   printf '%s\t%s\t%s\t%s\n' "$1" "${held// //}" "$(IFS=/; echo "${used[*]}")" "$per_entry" >>"$THROTTLED"
   stop
-}
-
-# ops_per_entry PORT: the writes per log entry the leaders proposed since the start (every
-# node's raftlock_proposal_batch_ops, summed): each entry costs each replica an fsync, a
-# round trip and wake-ups whatever it holds, so this says how far those costs are shared.
-# "-" for a release that does not export it.
-ops_per_entry() {
-  local i
-  for i in 0 1 2; do
-    curl -sf "http://127.0.0.1:$(($1 + i))/metrics" || true
-  done | awk '/^raftlock_proposal_batch_ops_sum/ { s += $NF } /^raftlock_proposal_batch_ops_count/ { c += $NF }
-    END { if (c > 0) printf "%.1f", s / c; else printf "-" }'
 }
 
 # cpu_ticks PID: the CPU time PID has used (user + system), in clock ticks. Counted from
