@@ -441,9 +441,20 @@ impl Cluster {
         n: u64,
         extra: &[&str],
     ) -> Result<(Cluster, BTreeMap<u64, String>)> {
+        Self::start_with_peer_listeners_wrapped(n, extra, BTreeMap::new()).await
+    }
+
+    /// [`Cluster::start_with_peer_listeners`] with wrapped nodes, as in
+    /// [`Cluster::start_wrapped`] (e.g. `prlimit` for a node's resource limits).
+    pub async fn start_with_peer_listeners_wrapped(
+        n: u64,
+        extra: &[&str],
+        wrappers: BTreeMap<u64, Vec<String>>,
+    ) -> Result<(Cluster, BTreeMap<u64, String>)> {
         let spec = LaunchSpec {
             extra,
             peer_listeners: true,
+            wrappers,
             ..LaunchSpec::default()
         };
         let cluster = Self::launch(n, &spec).await?;

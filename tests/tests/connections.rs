@@ -520,3 +520,78 @@ async fn wait_for_idle_connections(cluster: &Cluster) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// Connections without credentials cannot take the descriptors a node needs for its own files
+/// and its peers. Every node starts under `prlimit --nofile=256:512`: it raises its soft limit
+/// to the hard one, and as 512 descriptors cannot hold `--max-connections` (8,192) it caps each
+/// listener lower (`raftlock_server::open_files`). 700 idle connections to the leader's client
+/// listener then wait in its accept queue: the leader keeps descriptors free, goes on writing
+/// its clock hint, and answers writes forwarded by a follower over its peer listener. Seen
+/// failing before the cap: the leader's 256 descriptors filled up, and the clock hint and the
+/// peer listener's accept failed with "Too many open files".
+#[tokio::test]
+async fn idle_connections_cannot_take_the_open_files_a_node_needs() -> Result<()> {
+    raise_fd_limit(8192);
+    let limited = |_| vec!["prlimit".to_string(), "--nofile=256:512".to_string()];
+    let wrappers = (1..=3).map(|id| (id, limited(id))).collect();
+    let (cluster, _) = Cluster::start_with_peer_listeners_wrapped(3, &[], wrappers).await?;
+    let key = cluster.project_key("acme", "service_role", &[]).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let pid = cluster.pid(leader).context("the leader's pid")?;
+    assert_eq!(soft_open_files(pid)?, 512, "raised to the hard limit");
+
+    let flooded_at = std::time::SystemTime::now();
+    let mut idle = Vec::new();
+    for _ in 0..700 {
+        idle.push(tokio::net::TcpStream::connect(cluster.addr(leader)).await?);
+    }
+    let follower = cluster.other_than(&[leader]);
+    let locks = Locks::new(&cluster, follower, &key);
+    for i in 0..5 {
+        let a = locks
+            .acquire(&format!("k{i}"), &raftlock_tests::token(), 30)
+            .await?;
+        assert_eq!(a.status, 200, "a write forwarded to the flooded leader");
+    }
+    // The clock hint is rewritten every second: once after the flood, with 700 connections
+    // still waiting (they send nothing; the header-read timeout closes them after 10 s).
+    let hint = cluster.data_dir(leader).join("clock_hint");
+    raftlock_tests::eventually(
+        Duration::from_secs(5),
+        "the leader's clock hint written after the flood",
+        || async {
+            let written = std::fs::metadata(&hint).ok()?.modified().ok()?;
+            (written > flooded_at).then_some(())
+        },
+    )
+    .await?;
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    assert!(
+        open + 128 < 512,
+        "{open} descriptors open with 700 idle connections: too few left for the node's own"
+    );
+    for id in cluster.ids() {
+        let emfile: Vec<String> = cluster
+            .log_lines(id)
+            .into_iter()
+            .filter(|l| l.contains("Too many open files"))
+            .collect();
+        assert!(emfile.is_empty(), "node {id}: {emfile:?}");
+    }
+    drop(idle);
+    Ok(())
+}
+
+/// The soft "Max open files" of process `pid`.
+fn soft_open_files(pid: u32) -> Result<u64> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .context("no open-files line")?;
+    line.split_whitespace()
+        .nth(3)
+        .context("no soft limit")?
+        .parse()
+        .context("the soft limit")
+}

@@ -20,6 +20,7 @@
 //!   `raftlock-api`).
 //! - [`handoff`]: leadership hand-off before a stop (SIGTERM) or on an operator's request.
 //! - [`listener`]: the HTTP/1 server with a header-read timeout and a connection cap.
+//! - [`open_files`]: the open-files limit raised at start, and the connection cap that fits it.
 //! - [`http`]: routes — project locks, hierarchical-lock methods, admin, health, metrics,
 //!   the web console, the OpenAPI document — plus auth, error dialects, body limits, blocking
 //!   waits and forwarding to the leader.
@@ -50,6 +51,7 @@ pub mod heap;
 pub mod http;
 pub mod listener;
 pub mod node;
+pub mod open_files;
 pub mod proposer;
 pub mod read_gate;
 pub mod shards;
@@ -59,6 +61,42 @@ pub mod tls;
 pub mod unavailable;
 
 use anyhow::Context;
+
+/// `--max-connections`, or fewer when the open-files limit (raised to the hard limit first)
+/// cannot hold that many with the node's own files and its peers' forwards
+/// ([`open_files`]).
+fn connection_cap(config: &config::Config, listeners: usize) -> usize {
+    let configured = config.max_connections;
+    let limit = match open_files::raise_soft_limit() {
+        Ok(raised) => {
+            if raised.after > raised.before {
+                tracing::info!(
+                    from = raised.before,
+                    to = raised.after,
+                    "raised the open-files limit to the hard limit"
+                );
+            }
+            raised.after
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-files limit; keeping --max-connections");
+            return configured;
+        }
+    };
+    let nodes = config.peers.len().max(1);
+    let cap = open_files::connection_cap(configured, limit, nodes, listeners);
+    if cap < configured {
+        tracing::warn!(
+            max_connections = configured,
+            cap,
+            open_files_limit = limit,
+            "the open-files limit holds fewer client connections than --max-connections: \
+             capped lower (clients past the cap wait in the accept queue); raise the hard \
+             limit (systemd LimitNOFILE, docker --ulimit nofile) to lift it"
+        );
+    }
+    cap
+}
 
 /// Runs one node until the process is told to stop.
 pub async fn serve(config: config::Config) -> anyhow::Result<()> {
@@ -85,8 +123,9 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let listeners = 1 + usize::from(config.peer_listen.is_some());
+    let max_connections = connection_cap(&config, listeners);
     let node = node::Node::start(config).await?;
-    let max_connections = node.config.max_connections;
     let (stop_listening, stopped) = tokio::sync::watch::channel(false);
     let serve_on = |listener, app, tls| {
         let mut stopped = stopped.clone();

@@ -264,21 +264,6 @@ where
 mod tests {
     use super::*;
 
-    /// Raises this process's open-file limit to at least `want` (up to the hard limit).
-    fn raise_fd_limit(want: u64) {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit/setrlimit on a valid, initialised struct.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
-                lim.rlim_cur = want.min(lim.rlim_max);
-                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            }
-        }
-    }
-
     /// Past tokio's default backlog, a burst of connections to a node that has not accepted
     /// them yet still completes its handshakes: with `TcpListener::bind` the 129th had its SYN
     /// dropped and waited out a retransmit (seen failing).
@@ -293,7 +278,8 @@ mod tests {
             eprintln!("net.core.somaxconn is {somaxconn}: the kernel caps the backlog below {burst}; skipped");
             return;
         }
-        raise_fd_limit(u64::from(burst) + 256);
+        // 1,500 client sockets and as many accepted ones.
+        crate::open_files::raise_soft_limit().expect("the open-files limit");
         let listener = bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut clients = Vec::new();
