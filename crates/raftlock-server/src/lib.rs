@@ -69,7 +69,9 @@ fn connection_cap(config: &config::Config, listeners: usize) -> usize {
     let configured = config.max_connections;
     let limit = match open_files::raise_soft_limit() {
         Ok(raised) => {
-            if raised.after > raised.before {
+            if let Some(why) = raised.refused {
+                tracing::warn!(limit = raised.before, error = %std::io::Error::from(why), "cannot raise the open-files limit to the hard limit");
+            } else if raised.after > raised.before {
                 tracing::info!(
                     from = raised.before,
                     to = raised.after,
@@ -79,11 +81,11 @@ fn connection_cap(config: &config::Config, listeners: usize) -> usize {
             raised.after
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot read or raise the open-files limit; keeping --max-connections");
+            tracing::warn!(error = %e, "cannot read the open-files limit; keeping --max-connections");
             return configured;
         }
     };
-    let nodes = config.peers.len().max(1);
+    let nodes = config.peers.len();
     let cap = open_files::connection_cap(configured, limit, nodes, listeners);
     if cap < configured {
         tracing::warn!(

@@ -13,51 +13,72 @@
 //! would past `--max-connections`.
 
 /// Descriptors kept for the node's own use: listeners, the runtime's epoll and wake-ups, each
-/// group's WAL segments, vote and snapshot files, the clock hint, the peer streams, TLS files.
-pub const OWN_USE: u64 = 256;
+/// group's directory lock and WAL segment (two per group, ~100 groups), snapshots being
+/// written, the clock hint, Raft streams to and from its peers, TLS files.
+pub const OWN_USE: u64 = 512;
 
-/// The soft open-files limit before and after raising it to the hard limit.
+/// The fewest nodes a budget counts: a node started to `--join` may know only itself.
+pub const MIN_NODES: usize = 3;
+
+/// The soft open-files limit before and after [`raise_soft_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Raised {
     pub before: u64,
     pub after: u64,
+    /// Why it could not be raised, if it could not (the limit stays at `before`).
+    pub refused: Option<std::io::ErrorKind>,
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (`RLIM_INFINITY` counted as
-/// `u64::MAX`).
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit. Fails only when the limit cannot be
+/// read; when it cannot be raised, [`Raised::after`] is the limit as it was.
 pub fn raise_soft_limit() -> std::io::Result<Raised> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit read and write the initialised struct passed to them.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let before = lim.rlim_cur;
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(Raised {
-            before,
-            after: lim.rlim_cur,
-        })
+    // SAFETY: getrlimit writes the initialised struct passed to it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    let before = lim.rlim_cur;
+    if before >= lim.rlim_max {
+        return Ok(Raised {
+            before,
+            after: before,
+            refused: None,
+        });
+    }
+    let raised = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads the initialised struct passed to it.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Ok(Raised {
+            before,
+            after: before,
+            refused: Some(std::io::Error::last_os_error().kind()),
+        });
+    }
+    Ok(Raised {
+        before,
+        after: lim.rlim_max,
+        refused: None,
+    })
 }
 
 /// The client connections each of `listeners` listeners may hold open with `limit` open
-/// files in a cluster of `nodes` nodes: at most `configured`, and no more than leaves
-/// [`OWN_USE`] descriptors free when every counted connection is open, each has a call
-/// forwarded to the leader in flight (an outgoing connection), and every other node forwards
-/// as many calls here (peer connections are not counted against the cap, so they are
-/// counted here). At least one.
+/// files in a cluster of `nodes` nodes (at least [`MIN_NODES`]): at most `configured`, and no
+/// more than leaves [`OWN_USE`] descriptors free when every counted connection is open with a
+/// call forwarded to a peer in flight, and every other node forwards as many calls here, each
+/// relayed on (a node that hosts no replica of a shard forwards to a member that may not lead
+/// it). Peer connections are not counted against the cap, so they are counted here. At least
+/// one.
 pub fn connection_cap(configured: usize, limit: u64, nodes: usize, listeners: usize) -> usize {
-    // Per counted connection: itself, its forward out, and one forward in from each peer.
-    let per_connection = (listeners * (nodes + 1)).max(1) as u64;
+    let nodes = nodes.max(MIN_NODES);
+    // Per counted connection: itself and its forward out; from each peer, a forward in and
+    // its relay out.
+    let per_connection = (listeners.max(1) * 2 * nodes) as u64;
     let fits = limit.saturating_sub(OWN_USE) / per_connection;
     configured
         .min(usize::try_from(fits).unwrap_or(usize::MAX))
@@ -70,23 +91,27 @@ mod tests {
 
     #[test]
     fn a_generous_limit_keeps_the_configured_cap() {
-        assert_eq!(connection_cap(8192, 1 << 20, 3, 1), 8192);
-        // The systemd unit's LimitNOFILE=65536: 4 descriptors per connection fit.
+        // The systemd unit's LimitNOFILE: 5 nodes with peer listeners, 20 per connection.
+        assert_eq!(connection_cap(8192, 1 << 20, 5, 2), 8192);
         assert_eq!(connection_cap(8192, 65_536, 3, 1), 8192);
     }
 
     #[test]
     fn a_small_limit_lowers_the_cap_to_what_fits() {
-        // 3 nodes, one listener: a connection, its forward, and two peers' forwards.
-        assert_eq!(
-            connection_cap(8192, 1024, 3, 1),
-            (1024 - OWN_USE as usize) / 4
-        );
+        // 3 nodes, one listener: a connection and its forward, two peers' forwards and
+        // their relays.
+        let own = OWN_USE as usize;
+        assert_eq!(connection_cap(8192, 1024, 3, 1), (1024 - own) / 6);
         // A peer listener doubles the connections the node may hold for clients, and so
         // what each peer may forward here.
+        assert_eq!(connection_cap(8192, 4096, 5, 2), (4096 - own) / 20);
+    }
+
+    #[test]
+    fn a_joining_node_that_knows_only_itself_counts_three() {
         assert_eq!(
-            connection_cap(8192, 4096, 5, 2),
-            (4096 - OWN_USE as usize) / 12
+            connection_cap(8192, 4096, 1, 1),
+            connection_cap(8192, 4096, 3, 1)
         );
     }
 
@@ -99,6 +124,7 @@ mod tests {
     #[test]
     fn the_soft_limit_ends_at_the_hard_limit() {
         let raised = raise_soft_limit().expect("getrlimit");
+        assert_eq!(raised.refused, None);
         let mut lim = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
