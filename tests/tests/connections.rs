@@ -524,7 +524,7 @@ async fn wait_for_idle_connections(cluster: &Cluster) -> Result<()> {
 /// Connections without credentials cannot take the descriptors a node needs for its own files
 /// and its peers. Every node starts under `prlimit --nofile=256:1024`: it raises its soft limit
 /// to the hard one, and as 1,024 descriptors cannot hold `--max-connections` (8,192) it caps
-/// each listener lower (`raftlock_server::open_files`: 42 here). 1,100 idle connections to the
+/// each listener lower (`raftlock_server::open_files`: 128 here). 1,100 idle connections to the
 /// leader's client listener — more than its whole limit — then wait in its accept queue: the
 /// leader keeps descriptors free, logs no "Too many open files", and answers writes forwarded
 /// by a follower over its peer listener. Seen failing before the cap: under the same flood the

@@ -63,8 +63,7 @@ pub mod unavailable;
 use anyhow::Context;
 
 /// `--max-connections`, or fewer when the open-files limit (raised to the hard limit first)
-/// cannot hold that many with the node's own files and its peers' forwards
-/// ([`open_files`]).
+/// cannot hold that many beside the node's own files ([`open_files`]).
 fn connection_cap(config: &config::Config, listeners: usize) -> usize {
     let configured = config.max_connections;
     let limit = match open_files::raise_soft_limit() {
@@ -85,8 +84,7 @@ fn connection_cap(config: &config::Config, listeners: usize) -> usize {
             return configured;
         }
     };
-    let nodes = config.peers.len();
-    let cap = open_files::connection_cap(configured, limit, nodes, listeners);
+    let cap = open_files::connection_cap(configured, limit, listeners);
     if cap < configured {
         tracing::warn!(
             max_connections = configured,

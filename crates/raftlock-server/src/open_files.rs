@@ -17,9 +17,6 @@
 /// written, the clock hint, Raft streams to and from its peers, TLS files.
 pub const OWN_USE: u64 = 512;
 
-/// The fewest nodes a budget counts: a node started to `--join` may know only itself.
-pub const MIN_NODES: usize = 3;
-
 /// The soft open-files limit before and after [`raise_soft_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Raised {
@@ -68,17 +65,16 @@ pub fn raise_soft_limit() -> std::io::Result<Raised> {
 }
 
 /// The client connections each of `listeners` listeners may hold open with `limit` open
-/// files in a cluster of `nodes` nodes (at least [`MIN_NODES`]): at most `configured`, and no
-/// more than leaves [`OWN_USE`] descriptors free when every counted connection is open with a
-/// call forwarded to a peer in flight, and every other node forwards as many calls here, each
-/// relayed on (a node that hosts no replica of a shard forwards to a member that may not lead
-/// it). Peer connections are not counted against the cap, so they are counted here. At least
-/// one.
-pub fn connection_cap(configured: usize, limit: u64, nodes: usize, listeners: usize) -> usize {
-    let nodes = nodes.max(MIN_NODES);
-    // Per counted connection: itself and its forward out; from each peer, a forward in and
-    // its relay out.
-    let per_connection = (listeners.max(1) * 2 * nodes) as u64;
+/// files: at most `configured`, and no more than leaves [`OWN_USE`] descriptors free when every
+/// counted connection is open with a call forwarded to a peer in flight. At least one.
+///
+/// Calls that peers forward here (and the relays of those to a shard's leader) are not
+/// budgeted: a peer forwards only calls its own clients authenticated with a key, so they
+/// grow with authenticated load, which quotas and rate limits bound, while this cap is what
+/// clients without credentials can hold (idle connections, requests that will be refused).
+pub fn connection_cap(configured: usize, limit: u64, listeners: usize) -> usize {
+    // Per counted connection: itself and its forward out.
+    let per_connection = (2 * listeners.max(1)) as u64;
     let fits = limit.saturating_sub(OWN_USE) / per_connection;
     configured
         .min(usize::try_from(fits).unwrap_or(usize::MAX))
@@ -91,34 +87,24 @@ mod tests {
 
     #[test]
     fn a_generous_limit_keeps_the_configured_cap() {
-        // The systemd unit's LimitNOFILE: 5 nodes with peer listeners, 20 per connection.
-        assert_eq!(connection_cap(8192, 1 << 20, 5, 2), 8192);
-        assert_eq!(connection_cap(8192, 65_536, 3, 1), 8192);
+        assert_eq!(connection_cap(8192, 1 << 20, 2), 8192);
+        // The systemd unit's old LimitNOFILE, one listener.
+        assert_eq!(connection_cap(8192, 65_536, 1), 8192);
     }
 
     #[test]
     fn a_small_limit_lowers_the_cap_to_what_fits() {
-        // 3 nodes, one listener: a connection and its forward, two peers' forwards and
-        // their relays.
         let own = OWN_USE as usize;
-        assert_eq!(connection_cap(8192, 1024, 3, 1), (1024 - own) / 6);
-        // A peer listener doubles the connections the node may hold for clients, and so
-        // what each peer may forward here.
-        assert_eq!(connection_cap(8192, 4096, 5, 2), (4096 - own) / 20);
-    }
-
-    #[test]
-    fn a_joining_node_that_knows_only_itself_counts_three() {
-        assert_eq!(
-            connection_cap(8192, 4096, 1, 1),
-            connection_cap(8192, 4096, 3, 1)
-        );
+        // One listener: a connection and its forward.
+        assert_eq!(connection_cap(8192, 4096, 1), (4096 - own) / 2);
+        // A peer listener doubles the connections the node may hold for clients.
+        assert_eq!(connection_cap(8192, 4096, 2), (4096 - own) / 4);
     }
 
     #[test]
     fn the_cap_never_reaches_zero() {
-        assert_eq!(connection_cap(8192, 100, 3, 1), 1);
-        assert_eq!(connection_cap(0, 1 << 20, 3, 1), 1);
+        assert_eq!(connection_cap(8192, 100, 1), 1);
+        assert_eq!(connection_cap(0, 1 << 20, 1), 1);
     }
 
     #[test]
