@@ -69,7 +69,7 @@ fn connection_cap(config: &config::Config, listeners: usize) -> usize {
     let limit = match open_files::raise_soft_limit() {
         Ok(raised) => {
             if let Some(why) = raised.refused {
-                tracing::warn!(limit = raised.before, error = %std::io::Error::from(why), "cannot raise the open-files limit to the hard limit");
+                tracing::warn!(from = raised.before, to = raised.after, error = %std::io::Error::from(why), "cannot raise the open-files limit to the hard limit; raised it as far as allowed");
             } else if raised.after > raised.before {
                 tracing::info!(
                     from = raised.before,

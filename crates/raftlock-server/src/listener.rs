@@ -278,7 +278,7 @@ mod tests {
             eprintln!("net.core.somaxconn is {somaxconn}: the kernel caps the backlog below {burst}; skipped");
             return;
         }
-        // 1,500 client sockets and as many accepted ones.
+        // 1,500 client sockets in this process.
         crate::open_files::raise_soft_limit().expect("the open-files limit");
         let listener = bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
