@@ -13,6 +13,8 @@
 //! - [`clock`]: cluster time on this node — stamps, read times, the clock-offset guard.
 //! - [`shards`]: the data shards this node runs a replica of, started from the shard map.
 //! - [`proposer`]: group commit; concurrent writes share one log entry and one fsync.
+//! - [`cpu_pressure`]: whether the node's CPU quota is what limits it (the proposer then
+//!   batches harder).
 //! - [`read_gate`]: linearizable reads, sharing one leadership confirmation.
 //! - [`unavailable`]: the "not decided" (503) error every layer shares.
 //! - [`election`]: elections started by this node after a pre-vote, never by openraft's timer.
