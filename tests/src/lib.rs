@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -162,6 +162,11 @@ fn ephemeral_range_start() -> u32 {
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
         .unwrap_or(32_768)
+}
+
+/// Whether `tool` runs (`tool --version`): tests that need a tool the machine lacks skip.
+pub fn installed(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
 }
 
 /// Polls `check` until it yields `Some`, or fails after `within`.
@@ -848,6 +853,31 @@ impl Cluster {
     /// The data directory of node `id`.
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.nodes[&id].data_dir.clone()
+    }
+
+    /// Node `id`'s clock hint: the cluster time it saves every second and starts from after a
+    /// restart (`raftlock_server::clock`).
+    pub fn clock_hint(&self, id: u64) -> PathBuf {
+        self.data_dir(id).join("clock_hint")
+    }
+
+    /// Waits until node `id` has saved a clock hint, written after `after` when given.
+    pub async fn wait_for_clock_hint(
+        &self,
+        id: u64,
+        after: Option<SystemTime>,
+        within: Duration,
+    ) -> Result<()> {
+        let hint = self.clock_hint(id);
+        eventually(
+            within,
+            &format!("node {id} to save a clock hint"),
+            || async {
+                let written = std::fs::metadata(&hint).ok()?.modified().ok()?;
+                after.is_none_or(|after| written > after).then_some(())
+            },
+        )
+        .await
     }
 
     /// Process id of a running node.

@@ -186,17 +186,10 @@ async fn a_cold_start_leader_with_a_fast_clock_does_not_end_leases_early() -> Re
     let a = Locks::new(&cluster, leader, &key);
     let granted = a.acquire("job", &token(), 60).await?;
     assert_eq!(granted.status, 200);
-    let hint = cluster.data_dir(3).join("clock_hint");
     let granted_at = SystemTime::now();
-    eventually(
-        Duration::from_secs(10),
-        "node 3 to save a fresh clock hint",
-        || async {
-            let modified = std::fs::metadata(&hint).ok()?.modified().ok()?;
-            (modified > granted_at).then_some(())
-        },
-    )
-    .await?;
+    cluster
+        .wait_for_clock_hint(3, Some(granted_at), Duration::from_secs(10))
+        .await?;
 
     for id in cluster.ids() {
         cluster.kill(id);
@@ -257,11 +250,9 @@ async fn a_follower_restarted_on_a_stepped_clock_does_not_move_cluster_time() ->
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let follower = cluster.other_than(&[leader]);
-    let hint = cluster.data_dir(follower).join("clock_hint");
-    eventually(Duration::from_secs(10), "a clock hint", || async {
-        hint.exists().then_some(())
-    })
-    .await?;
+    cluster
+        .wait_for_clock_hint(follower, None, Duration::from_secs(10))
+        .await?;
     cluster.kill(follower);
     let fast = Skew::new(dir.path().join("fast"), 60_000)?;
     cluster.restart_with_env(follower, &[], fast.env())?;
@@ -341,13 +332,11 @@ async fn a_wait_through_a_follower_behind_on_cluster_time_lasts_its_whole_timeou
     assert_eq!(held["outcome"], "ACQUIRE_OUTCOME_ACQUIRED", "{held}");
 
     // The follower comes back with no hint and the leader's stamps 0.45 s behind its line.
-    let hint = cluster.data_dir(follower).join("clock_hint");
-    eventually(Duration::from_secs(10), "a clock hint", || async {
-        hint.exists().then_some(())
-    })
-    .await?;
+    cluster
+        .wait_for_clock_hint(follower, None, Duration::from_secs(10))
+        .await?;
     cluster.kill(follower);
-    std::fs::remove_file(&hint)?;
+    std::fs::remove_file(cluster.clock_hint(follower))?;
     skews[&leader].set(-450)?;
     // The follower comes back only once the leader's stamps trail, so that every entry it
     // replays or catches up on was stamped ~0.45 s or more before it sees it. Restarted at

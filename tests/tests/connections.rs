@@ -542,17 +542,13 @@ async fn idle_connections_cannot_take_the_open_files_a_node_needs() -> Result<()
         eprintln!("net.core.somaxconn is {somaxconn}: the kernel would drop a flood of {FLOOD} connections; skipped");
         return Ok(());
     }
-    if std::process::Command::new("prlimit")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !raftlock_tests::installed("prlimit") {
         eprintln!("prlimit (util-linux) not found; skipped");
         return Ok(());
     }
     raise_fd_limit(8192);
-    let limited = |_| vec!["prlimit".to_string(), "--nofile=256:1024".to_string()];
-    let wrappers = (1..=3).map(|id| (id, limited(id))).collect();
+    let limited = vec!["prlimit".to_string(), "--nofile=256:1024".to_string()];
+    let wrappers = (1..=3).map(|id| (id, limited.clone())).collect();
     let (cluster, _) = Cluster::start_with_peer_listeners_wrapped(3, &[], wrappers).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
@@ -574,16 +570,9 @@ async fn idle_connections_cannot_take_the_open_files_a_node_needs() -> Result<()
     }
     // The clock hint is rewritten every second: once after the flood, with the connections
     // still waiting (they send nothing; the header-read timeout closes them after 10 s).
-    let hint = cluster.data_dir(leader).join("clock_hint");
-    raftlock_tests::eventually(
-        Duration::from_secs(5),
-        "the leader's clock hint written after the flood",
-        || async {
-            let written = std::fs::metadata(&hint).ok()?.modified().ok()?;
-            (written > flooded_at).then_some(())
-        },
-    )
-    .await?;
+    cluster
+        .wait_for_clock_hint(leader, Some(flooded_at), Duration::from_secs(5))
+        .await?;
     let open = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
     assert!(
         open + 128 < 1024,

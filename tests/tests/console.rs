@@ -195,7 +195,7 @@ impl Browser {
 
 fn browser_missing() -> Option<String> {
     for tool in ["chromedriver", "chromium"] {
-        if Command::new(tool).arg("--version").output().is_err() {
+        if !raftlock_tests::installed(tool) {
             return Some(format!(
                 "{tool} is not installed (apt-get install chromium chromium-driver)"
             ));

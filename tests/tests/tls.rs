@@ -407,11 +407,7 @@ async fn a_rotation_to_a_bad_file_keeps_the_old_certificate() -> Result<()> {
 /// `NODE_EXTRA_CA_CERTS` and get their lock over HTTPS; without it the handshake fails.
 #[tokio::test]
 async fn node_fetch_gets_a_lock_over_https_with_node_extra_ca_certs() -> Result<()> {
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !raftlock_tests::installed("node") {
         println!("SKIPPED: node is not installed (.ci/run installs it)");
         return Ok(());
     }
