@@ -64,42 +64,6 @@ pub mod unavailable;
 
 use anyhow::Context;
 
-/// `--max-connections`, or fewer when the open-files limit (raised to the hard limit first)
-/// cannot hold that many beside the node's own files ([`open_files`]).
-fn connection_cap(config: &config::Config, listeners: usize) -> usize {
-    let configured = config.max_connections;
-    let limit = match open_files::raise_soft_limit() {
-        Ok(raised) => {
-            if let Some(why) = raised.refused {
-                tracing::warn!(from = raised.before, to = raised.after, error = %std::io::Error::from(why), "cannot raise the open-files limit to the hard limit; raised it as far as allowed");
-            } else if raised.after > raised.before {
-                tracing::info!(
-                    from = raised.before,
-                    to = raised.after,
-                    "raised the open-files limit to the hard limit"
-                );
-            }
-            raised.after
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the open-files limit; keeping --max-connections");
-            return configured;
-        }
-    };
-    let cap = open_files::connection_cap(configured, limit, listeners);
-    if cap < configured {
-        tracing::warn!(
-            max_connections = configured,
-            cap,
-            open_files_limit = limit,
-            "the open-files limit holds fewer client connections than --max-connections: \
-             capped lower (clients past the cap wait in the accept queue); raise the hard \
-             limit (systemd LimitNOFILE, docker --ulimit nofile) to lift it"
-        );
-    }
-    cap
-}
-
 /// Runs one node until the process is told to stop.
 pub async fn serve(config: config::Config) -> anyhow::Result<()> {
     telemetry::init_metrics();
@@ -125,8 +89,8 @@ pub async fn serve(config: config::Config) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let listeners = 1 + usize::from(config.peer_listen.is_some());
-    let max_connections = connection_cap(&config, listeners);
+    let listeners = 1 + usize::from(peer_listener.is_some());
+    let max_connections = open_files::fit_connection_cap(config.max_connections, listeners);
     let node = node::Node::start(config).await?;
     let (stop_listening, stopped) = tokio::sync::watch::channel(false);
     let serve_on = |listener, app, tls| {

@@ -89,6 +89,41 @@ fn set_soft_limit(soft: u64, hard: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit ([`raise_soft_limit`]) and returns the connection cap per listener
+/// for `--max-connections` `configured` ([`connection_cap`]), logging what it changed.
+pub fn fit_connection_cap(configured: usize, listeners: usize) -> usize {
+    let limit = match raise_soft_limit() {
+        Ok(raised) => {
+            if let Some(why) = raised.refused {
+                tracing::warn!(from = raised.before, to = raised.after, error = %std::io::Error::from(why), "cannot raise the open-files limit to the hard limit; raised it as far as allowed");
+            } else if raised.after > raised.before {
+                tracing::info!(
+                    from = raised.before,
+                    to = raised.after,
+                    "raised the open-files limit to the hard limit"
+                );
+            }
+            raised.after
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-files limit; keeping --max-connections");
+            return configured;
+        }
+    };
+    let cap = connection_cap(configured, limit, listeners);
+    if cap < configured {
+        tracing::warn!(
+            max_connections = configured,
+            cap,
+            open_files_limit = limit,
+            "the open-files limit holds fewer client connections than --max-connections: \
+             capped lower (clients past the cap wait in the accept queue); raise the hard \
+             limit (systemd LimitNOFILE, docker --ulimit nofile) to lift it"
+        );
+    }
+    cap
+}
+
 /// The client connections each of `listeners` listeners may hold open with `limit` open
 /// files: at most `configured`, and no more than leaves [`OWN_USE`] descriptors free when every
 /// counted connection is open with a call forwarded to a peer in flight — but not below
