@@ -57,8 +57,9 @@ pub type CpuBound = Arc<dyn Fn() -> bool + Send + Sync>;
 /// What the batch that landed last tells the next one, on a node held to its CPU quota: when
 /// it held [`PIPELINE_BELOW`] or more writes, its callers are about to send their next
 /// writes, and the next batch *lingers* for them — until it holds what was queued before the
-/// landing plus as many writes as landed, for at most half as long as that batch took to commit, and never
-/// over [`MAX_LINGER`] (tokio's timers tick in milliseconds, so at least one).
+/// landing plus as many writes as landed, for at most half as long as that batch took to
+/// commit, and never over [`MAX_LINGER`] (tokio's timers tick in milliseconds, so at least
+/// one).
 ///
 /// Why: with one batch in flight, callers split into two groups taking turns — one waiting
 /// for its batch to commit while the other's next writes gather — so each entry holds about
