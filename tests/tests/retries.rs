@@ -23,7 +23,11 @@ struct Setup {
 }
 
 async fn setup() -> anyhow::Result<Setup> {
-    let cluster = Cluster::start_behind_proxy(3, &[]).await?;
+    setup_with(&[]).await
+}
+
+async fn setup_with(extra: &[&str]) -> anyhow::Result<Setup> {
+    let cluster = Cluster::start_behind_proxy(3, extra).await?;
     let key = cluster.project_key("acme", "service_role", &[]).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await?;
     let follower = cluster.other_than(&[leader]);
@@ -227,5 +231,65 @@ async fn an_acquire_resent_by_the_follower_does_not_take_a_freed_lock_again() ->
         read.body["held"], false,
         "a resent acquire took the lock again: {read:?}"
     );
+    Ok(())
+}
+
+/// The force-release case in a busy project: between the first apply and a resend the project
+/// writes more than its table of node-minted ids holds (10,000), so the first attempt's id is
+/// forgotten by the time a resend arrives. The follower says its resends are resends
+/// (`x-raftlock-resent-within-ms`), and the leader's state machine refuses such a one rather
+/// than apply it again: B keeps the lock, and the call ends with that final 503. (Before
+/// resends said so, the resend found no id and released B's lock.) The commit timeout is long
+/// so the follower resends throughout the flood, however slow the build.
+#[tokio::test]
+async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_next_holder(
+) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use raftlock_core::request_ids::MAX_PER_PROJECT;
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = setup_with(&["--commit-timeout-ms", "60000"]).await?;
+    s.cluster.lift_rate_limit("acme").await?;
+    let at_leader = s.api.on(&s.cluster, s.leader);
+    let (a, b) = (token(), token());
+    assert_eq!(at_leader.acquire("job", &a, 120).await?.status, 200);
+
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
+    let lost = || proxy.stats().answers_lost.load(Relaxed);
+    let api = s.api.clone();
+    let pending = tokio::spawn(async move { api.force_release("job").await });
+    raftlock_tests::eventually(Duration::from_secs(5), "a lost answer", || async {
+        (lost() > 0).then_some(())
+    })
+    .await?;
+    // The first force release took effect: the next holder takes the key.
+    let took = at_leader.acquire("job", &b, 120).await?;
+    assert_eq!(took.status, 200, "{took:?}");
+    // More writes without ids than the project's table of minted ids holds.
+    let renewals = futures::stream::iter(0..MAX_PER_PROJECT + 100)
+        .map(|_| at_leader.renew("job", &b, 120))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for r in renewals {
+        let r = r?;
+        assert_eq!(r.status, 200, "B lost the lock: a resend freed it: {r:?}");
+    }
+    proxy.heal();
+    let answer = tokio::time::timeout(Duration::from_secs(30), pending).await???;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(
+        answer
+            .body
+            .to_string()
+            .contains("outcome of this write is unknown"),
+        "answered by a resend after the flood, refused: {answer:?}"
+    );
+    let read = at_leader.read("job").await?;
+    assert_eq!(
+        read.body["held"], true,
+        "a resend whose id was forgotten freed B's lock: {read:?}"
+    );
+    assert_eq!(at_leader.renew("job", &b, 60).await?.status, 200);
     Ok(())
 }

@@ -82,6 +82,16 @@ pub enum Op {
         name: String,
         shard: crate::shards::ShardId,
     },
+    /// A node's resend of a call it may have proposed before as [`Op::Once`] under the same
+    /// `request_id` (after a lost answer or a leader change), the first attempt having gone
+    /// out at most `within` earlier on the resending node's clock. Applied once, as `Once`;
+    /// and when the id is no longer remembered but its table has forgotten ids applied since
+    /// that first attempt, refused ([`crate::request_ids::RequestIds::check_resend`]).
+    Resent {
+        request_id: u128,
+        within: crate::Nanos,
+        op: Box<Op>,
+    },
 }
 
 impl Op {
@@ -89,7 +99,7 @@ impl Op {
     pub fn project(&self) -> Option<&str> {
         match self {
             Op::ProjectLock { project, .. } | Op::Hier { project, .. } => Some(project),
-            Op::Once { op, .. } => op.project(),
+            Op::Once { op, .. } | Op::Resent { op, .. } => op.project(),
             _ => None,
         }
     }

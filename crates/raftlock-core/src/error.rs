@@ -31,6 +31,12 @@ pub enum CoreError {
     /// (Last, so the encodings of the older variants do not change.)
     #[error("{field}: {message}")]
     Conflict { field: String, message: String },
+    /// A node's resend of a write ([`crate::Op::Resent`]) whose first attempt may have been
+    /// applied, while the request id that would tell has been forgotten (a busy project's
+    /// table keeps its newest ids only): refused rather than applied a second time. Nothing
+    /// changed. (Last, so the encodings of the older variants do not change.)
+    #[error("the outcome of this write is unknown: it was sent again after a leader change or a lost answer, and its first attempt may have been applied")]
+    OutcomeUnknown,
 }
 
 impl CoreError {

@@ -19,7 +19,7 @@ use crate::wait_groups::WaitGroups;
 use crate::{validate, Nanos};
 
 mod compat;
-pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4};
+pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4, StateMachineV5};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,7 +241,12 @@ impl StateMachine {
                 action,
             } => self.apply_lock(project, key, action, t),
             Op::Hier { project, op } => self.apply_hier(project, op, t),
-            Op::Once { request_id, op } => self.apply_once(*request_id, op, t),
+            Op::Once { request_id, op } => self.apply_once(*request_id, None, op, t),
+            Op::Resent {
+                request_id,
+                within,
+                op,
+            } => self.apply_once(*request_id, Some(*within), op, t),
         }
     }
 
@@ -263,16 +268,26 @@ impl StateMachine {
     }
 
     /// Applies `op` unless `request_id` was applied within the window; a repeat gets the
-    /// first outcome and changes nothing.
-    fn apply_once(&mut self, request_id: u128, op: &Op, t: Nanos) -> Outcome {
+    /// first outcome and changes nothing. A node's resend (`resent`: how long before it the
+    /// call first went out) whose first attempt may have been applied and forgotten is
+    /// refused.
+    fn apply_once(
+        &mut self,
+        request_id: u128,
+        resent: Option<Nanos>,
+        op: &Op,
+        t: Nanos,
+    ) -> Outcome {
         let Some(project) = op.project() else {
             return self.apply_op(op, t);
         };
         let fingerprint = op.fingerprint();
-        if let Seen::Repeat(first) = self
-            .request_ids
-            .check(project, request_id, fingerprint, t)?
-        {
+        let ids = &self.request_ids;
+        let seen = match resent {
+            None => ids.check(project, request_id, fingerprint, t)?,
+            Some(within) => ids.check_resend(project, request_id, fingerprint, t, within)?,
+        };
+        if let Seen::Repeat(first) = seen {
             return first;
         }
         let outcome = self.apply_op(op, t);

@@ -19,6 +19,14 @@
 //! per project with the same caps. A flood of writes without ids thus never pushes a
 //! client's own ids out early. Which table an id belongs to follows from the id itself, so
 //! the choice is as deterministic as the log.
+//!
+//! Under a high write rate the caps forget ids within seconds (10,000 ids last 0.7 s at
+//! 15,000 writes a second), sooner than a node's resend of a call may arrive. So a node
+//! proposes its resends as such ([`crate::Op::Resent`], with how long ago the call first
+//! went out), and each table keeps the apply time of the newest id it forgot: a resend whose
+//! id is not in the table, of a table that forgot an id applied since the call's first
+//! attempt may have been, is refused as [`CoreError::OutcomeUnknown`] rather than applied a
+//! second time ([`RequestIds::check_resend`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -39,6 +47,13 @@ pub const MAX_BYTES_PER_PROJECT: usize = 4 << 20;
 /// How long (state-machine time) an id a node minted is remembered: longer than any call's
 /// deadline (the commit timeout plus the longest wait), within which alone it is resent.
 pub const NODE_MINTED_REMEMBER_FOR: Nanos = 360 * SECOND;
+
+/// What a resend's `within` (how long before the resend the call first went out, on the
+/// resending node's monotonic clock) leaves out: a stamp may trail cluster time by
+/// [`crate::clock::MAX_LAG`], slew may add up to [`crate::clock::SLEW_WINDOW`], and the resend
+/// travels and queues before the leader stamps it. Generous, as it only widens what counts as
+/// "maybe forgotten": a busy table refuses a few more resends, and nothing is applied twice.
+pub const RESEND_MARGIN: Nanos = 5 * SECOND;
 
 /// The top 32 bits of every id a node mints: `rlnd`. With the UUID version nibble set to 8
 /// (custom), a node-minted id is a valid UUID that a client's random (version 4) id never is.
@@ -111,6 +126,50 @@ struct ProjectIds {
     order: VecDeque<u128>,
     /// Sum of `bytes` over `by_id`.
     bytes: usize,
+    /// When the newest id this table forgot (by age or by a cap) had been applied: a resend
+    /// whose first attempt may have been applied at or before it cannot tell whether it was
+    /// ([`RequestIds::check_resend`]). `None` until the table forgets its first id.
+    forgot_up_to: Option<Nanos>,
+}
+
+/// [`ProjectIds`] as snapshot format 5 laid it out (before `forgot_up_to`). Field order is the
+/// encoding: do not change it.
+#[derive(Debug, Deserialize)]
+struct ProjectIdsV5 {
+    by_id: HashMap<u128, Remembered>,
+    order: VecDeque<u128>,
+    bytes: usize,
+}
+
+impl From<ProjectIdsV5> for ProjectIds {
+    /// What such a table forgot is not known; nothing, as the release that wrote it held.
+    fn from(v5: ProjectIdsV5) -> Self {
+        ProjectIds {
+            by_id: v5.by_id,
+            order: v5.order,
+            bytes: v5.bytes,
+            forgot_up_to: None,
+        }
+    }
+}
+
+/// [`RequestIds`] as snapshot formats 2 to 5 laid it out. Field order is the encoding: do not
+/// change it.
+#[derive(Debug, Deserialize)]
+pub struct RequestIdsV5 {
+    projects: BTreeMap<String, ProjectIdsV5>,
+}
+
+impl From<RequestIdsV5> for RequestIds {
+    fn from(v5: RequestIdsV5) -> Self {
+        RequestIds {
+            projects: v5
+                .projects
+                .into_iter()
+                .map(|(k, v)| (k, v.into()))
+                .collect(),
+        }
+    }
 }
 
 /// Encodes `by_id` as a map in ascending id order.
@@ -138,6 +197,7 @@ impl ProjectIds {
             self.order.pop_front();
             if let Some(r) = self.by_id.remove(&id) {
                 self.bytes -= r.bytes;
+                self.forgot_up_to = self.forgot_up_to.max(Some(r.at));
             }
         }
     }
@@ -180,6 +240,33 @@ impl RequestIds {
                 "request_id",
                 "this request id was already used for a different request",
             )),
+        }
+    }
+
+    /// [`Self::check`] for a node's resend of a call whose first attempt went out at most
+    /// `within` before (and so was applied, if at all, no earlier than `t − within −`
+    /// [`RESEND_MARGIN`] in cluster time): an id not remembered is new only if its table has
+    /// forgotten nothing applied since then; otherwise the first attempt may have been applied
+    /// and forgotten, and the resend is refused with [`CoreError::OutcomeUnknown`].
+    pub fn check_resend(
+        &self,
+        project: &str,
+        id: u128,
+        fingerprint: u32,
+        t: Nanos,
+        within: Nanos,
+    ) -> Result<Seen, CoreError> {
+        if let Seen::Repeat(first) = self.check(project, id, fingerprint, t)? {
+            return Ok(Seen::Repeat(first));
+        }
+        let earliest = t.saturating_sub(within.saturating_add(RESEND_MARGIN));
+        let table = self.projects.get(table_key(project, id).as_ref());
+        // Its own id past its window was applied (and is as good as forgotten).
+        let expired = table.and_then(|p| p.by_id.get(&id)).map(|r| r.at);
+        let forgot = table.and_then(|p| p.forgot_up_to).max(expired);
+        match forgot {
+            Some(at) if at >= earliest => Err(CoreError::OutcomeUnknown),
+            _ => Ok(Seen::New),
         }
     }
 
@@ -298,6 +385,111 @@ mod tests {
     }
 
     #[test]
+    fn a_resend_is_refused_once_its_table_forgot_an_id_applied_since_it_first_went_out() {
+        let mut ids = RequestIds::default();
+        let first = node_minted(1);
+        let t1 = 100 * SECOND;
+        ids.remember(P, first, 7, &done(), t1);
+        let within = 2 * SECOND;
+        let resend_at = t1 + within;
+        // Remembered: the first outcome, however busy the project.
+        assert!(matches!(
+            ids.check_resend(P, first, 7, resend_at, within),
+            Ok(Seen::Repeat(_))
+        ));
+        // Never applied, nothing forgotten: new.
+        let unseen = node_minted(2);
+        assert_eq!(
+            ids.check_resend(P, unseen, 7, resend_at, within).unwrap(),
+            Seen::New
+        );
+        // A flood in the same second pushes the first id out by the count cap.
+        for n in 0..MAX_PER_PROJECT as u128 {
+            ids.remember(P, node_minted(1000 + n), 0, &done(), t1 + SECOND);
+        }
+        assert_eq!(ids.check(P, first, 7, resend_at).unwrap(), Seen::New);
+        assert_eq!(
+            ids.check_resend(P, first, 7, resend_at, within),
+            Err(CoreError::OutcomeUnknown),
+            "applied and forgotten: refused, not applied again"
+        );
+        assert_eq!(
+            ids.check_resend(P, unseen, 7, resend_at, within),
+            Err(CoreError::OutcomeUnknown),
+            "from the table alone this cannot be told from the forgotten one"
+        );
+        // A resend whose first attempt went out after the newest forgotten id was applied
+        // (plus the margin) is judged by the table alone.
+        let later = t1 + within + RESEND_MARGIN + SECOND;
+        assert_eq!(
+            ids.check_resend(P, unseen, 7, later, within).unwrap(),
+            Seen::New
+        );
+        // Client ids keep a table of their own: the minted flood forgot none of them.
+        ids.remember(P, 5, 7, &done(), t1);
+        assert_eq!(
+            ids.check_resend(P, 6, 7, resend_at, within).unwrap(),
+            Seen::New
+        );
+    }
+
+    #[test]
+    fn a_resend_whose_own_id_outlived_its_window_is_refused() {
+        let mut ids = RequestIds::default();
+        let id = node_minted(1);
+        ids.remember(P, id, 7, &done(), 0);
+        let t = NODE_MINTED_REMEMBER_FOR;
+        assert_eq!(ids.check(P, id, 7, t).unwrap(), Seen::New);
+        assert_eq!(
+            ids.check_resend(P, id, 7, t, NODE_MINTED_REMEMBER_FOR),
+            Err(CoreError::OutcomeUnknown)
+        );
+        // Forgotten by age on the next remember: the table still knows it forgot it.
+        ids.remember(P, node_minted(2), 0, &done(), t);
+        assert_eq!(
+            ids.check_resend(P, id, 7, t, NODE_MINTED_REMEMBER_FOR),
+            Err(CoreError::OutcomeUnknown)
+        );
+    }
+
+    /// `ProjectIds` as snapshot format 5 wrote it.
+    #[derive(Serialize)]
+    struct ProjectIdsAsWrittenV5 {
+        #[serde(serialize_with = "in_id_order")]
+        by_id: HashMap<u128, Remembered>,
+        order: VecDeque<u128>,
+        bytes: usize,
+    }
+
+    #[test]
+    fn a_format_5_table_is_read_as_one_that_forgot_nothing() {
+        let mut ids = RequestIds::default();
+        for n in 0..MAX_PER_PROJECT as u128 + 3 {
+            ids.remember(P, node_minted(n), 0, &done(), n as Nanos);
+            ids.remember(P, n, 0, &done(), n as Nanos);
+        }
+        let as_v5: BTreeMap<&String, ProjectIdsAsWrittenV5> = ids
+            .projects
+            .iter()
+            .map(|(name, p)| {
+                let v5 = ProjectIdsAsWrittenV5 {
+                    by_id: p.by_id.clone(),
+                    order: p.order.clone(),
+                    bytes: p.bytes,
+                };
+                (name, v5)
+            })
+            .collect();
+        let bytes = crate::codec::encode(&(as_v5,)).unwrap();
+        let read: RequestIds = crate::codec::decode::<RequestIdsV5>(&bytes).unwrap().into();
+        for p in ids.projects.values_mut() {
+            assert_eq!(p.forgot_up_to, Some(2), "three ids forgotten");
+            p.forgot_up_to = None;
+        }
+        assert_eq!(read, ids);
+    }
+
+    #[test]
     fn an_id_reused_for_another_request_is_refused() {
         let mut ids = RequestIds::default();
         ids.remember(P, 1, 7, &done(), 0);
@@ -342,6 +534,7 @@ mod tests {
         by_id: BTreeMap<u128, Remembered>,
         order: VecDeque<u128>,
         bytes: usize,
+        forgot_up_to: Option<Nanos>,
     }
 
     #[test]
@@ -361,6 +554,7 @@ mod tests {
             by_id: table.by_id.iter().map(|(k, v)| (*k, v.clone())).collect(),
             order: table.order.clone(),
             bytes: table.bytes,
+            forgot_up_to: table.forgot_up_to,
         };
         let encoded = crate::codec::encode(table).unwrap();
         assert_eq!(encoded, crate::codec::encode(&in_btree).unwrap());

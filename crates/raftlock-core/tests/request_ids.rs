@@ -157,3 +157,79 @@ fn a_minted_write_that_reaches_the_log_twice_applies_once() {
     assert!(apply(&mut m, T0 + 4 * SECOND, lock("job", renew)).is_ok());
     assert!(apply(&mut m, T0 + 4 * SECOND, lock("job", acquire(a))).is_err());
 }
+
+/// The same case in a busy project: between the two copies the project wrote more than its
+/// table holds, so the first copy's id was forgotten. Proposed as a resend (`Op::Resent`), the
+/// second copy is refused as `OutcomeUnknown` and B keeps the key; as a first attempt
+/// (`Op::Once`, what every resend was before) it would have released B's lock.
+#[test]
+fn a_resend_after_its_id_was_forgotten_is_refused_and_changes_nothing() {
+    use raftlock_core::request_ids::{node_minted, MAX_PER_PROJECT};
+    let (a, b) = (1u128, 2u128);
+    let acquire = |token| LockAction::Acquire {
+        token,
+        ttl_seconds: 60,
+    };
+    let minted = node_minted(0xfeed);
+    let mut m = machine();
+    apply(&mut m, T0, lock("job", acquire(a))).unwrap();
+    let force = lock("job", LockAction::ForceRelease);
+    assert_eq!(
+        apply(&mut m, T0 + SECOND, once(minted, force.clone())),
+        Ok(Reply::Done)
+    );
+    apply(&mut m, T0 + SECOND, lock("job", acquire(b))).unwrap();
+    // The busy project: as many other minted writes as its table holds, in one entry.
+    let flood = (0..MAX_PER_PROJECT as u128)
+        .map(|n| once(node_minted(n), lock(&format!("other-{n}"), acquire(7))))
+        .collect();
+    let outs = m.apply(&Command {
+        stamp: T0 + SECOND,
+        ops: flood,
+    });
+    assert!(outs.iter().all(Result::is_ok));
+
+    let resend = Op::Resent {
+        request_id: minted,
+        within: 2 * SECOND,
+        op: Box::new(force.clone()),
+    };
+    let mut as_first_attempt = m.clone();
+    assert_eq!(
+        apply(&mut m, T0 + 2 * SECOND, resend),
+        Err(CoreError::OutcomeUnknown)
+    );
+    let renew = LockAction::Renew {
+        token: b,
+        ttl_seconds: 60,
+    };
+    assert!(apply(&mut m, T0 + 3 * SECOND, lock("job", renew.clone())).is_ok());
+    // What the resend did before it said it was one: released B's lock.
+    let again = apply(&mut as_first_attempt, T0 + 2 * SECOND, once(minted, force));
+    assert_eq!(again, Ok(Reply::Done));
+    let lost = apply(&mut as_first_attempt, T0 + 3 * SECOND, lock("job", renew));
+    assert_eq!(lost, Err(CoreError::OwnershipLost));
+}
+
+/// A resend in a quiet project is judged by its id alone: applied once if its first attempt
+/// never was, answered with the first outcome if it was.
+#[test]
+fn a_resend_in_a_quiet_project_is_applied_once() {
+    use raftlock_core::request_ids::node_minted;
+    let mut m = machine();
+    let acquire = LockAction::Acquire {
+        token: 1,
+        ttl_seconds: 60,
+    };
+    let resend = |id| Op::Resent {
+        request_id: id,
+        within: 2 * SECOND,
+        op: Box::new(lock("job", acquire.clone())),
+    };
+    let first = apply(&mut m, T0 + SECOND, resend(node_minted(1)));
+    assert!(matches!(first, Ok(Reply::Lease { .. })), "{first:?}");
+    assert_eq!(
+        apply(&mut m, T0 + 2 * SECOND, resend(node_minted(1))),
+        first
+    );
+}

@@ -20,6 +20,16 @@ pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
 /// On a forwarded request: the id the first node minted for the call, under which every write
 /// the client's own id does not cover is proposed (`http::idempotency`).
 pub const NODE_REQUEST_ID_HEADER: &str = "x-raftlock-node-request-id";
+/// On a forwarded request that may have been proposed before (an earlier attempt's answer was
+/// lost, or its leader changed): milliseconds since the call first went out, as the sending
+/// node measured on its monotonic clock. The leader proposes such a call as
+/// [`raftlock_core::Op::Resent`], so an attempt whose id the state forgot is refused rather
+/// than applied twice (`raftlock_core::request_ids`).
+pub const RESENT_WITHIN_HEADER: &str = "x-raftlock-resent-within-ms";
+/// On a 503 to a forwarded request: the answer is final although the write's fate is unknown
+/// (a resend refused as `OutcomeUnknown`), so the forwarding peer relays it instead of
+/// sending the call again.
+pub const SETTLED_HEADER: &str = "x-raftlock-settled";
 /// Node-to-node authentication and identity, defined with the Raft network.
 pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};
 

@@ -50,6 +50,8 @@ pub struct ApiError {
     /// The request was never proposed, so the forwarding layer may send it to a new leader
     /// (see [`NotProposed`]).
     pub not_proposed: bool,
+    /// A 503 that sending the call again cannot change (see [`Settled`]).
+    pub settled: bool,
     /// Answer with `Connection: close` (see [`ApiError::closing`]).
     pub close: bool,
 }
@@ -59,6 +61,12 @@ pub struct ApiError {
 /// of answering the client. Never leaves the node.
 #[derive(Debug, Clone, Copy)]
 pub struct NotProposed;
+
+/// Response extension on a 503 that is final: the state machine refused a resend whose first
+/// attempt may have been applied ([`CoreError::OutcomeUnknown`]); every further resend would
+/// be refused the same way, so [`super::forward`] relays it at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Settled;
 
 impl ApiError {
     pub fn new(dialect: Dialect, status: StatusCode, message: impl Into<String>) -> Self {
@@ -91,6 +99,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             not_proposed: false,
+            settled: false,
             close: false,
         }
     }
@@ -171,6 +180,13 @@ impl ApiError {
             (CoreError::AlreadyExists(_), Dialect::Rpc) => {
                 ApiError::new(dialect, StatusCode::CONFLICT, message)
             }
+            // Nothing was applied; whether the first attempt was is not known (503, as for
+            // any write whose fate is unknown).
+            (CoreError::OutcomeUnknown, _) => {
+                let mut e = ApiError::unavailable(dialect, message);
+                e.settled = true;
+                e
+            }
             (CoreError::ResourceExhausted(_), _) => {
                 let mut e = ApiError::new(dialect, StatusCode::TOO_MANY_REQUESTS, message);
                 if dialect == Dialect::Locks {
@@ -211,6 +227,9 @@ impl IntoResponse for ApiError {
         }
         if self.not_proposed {
             resp.extensions_mut().insert(NotProposed);
+        }
+        if self.settled {
+            resp.extensions_mut().insert(Settled);
         }
         if self.close {
             resp.headers_mut()

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::auth;
 use super::body;
-use super::errors::{ApiError, Dialect, NotProposed};
+use super::errors::{ApiError, Dialect, NotProposed, Settled};
 use super::idempotency::ClientRequestId;
 use super::wait::WaitContext;
 use crate::group::Group;
@@ -28,7 +28,7 @@ use crate::node::{Node, SharedNode};
 
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
-    WAITER_ID_HEADER, WAIT_LEFT_HEADER,
+    RESENT_WITHIN_HEADER, SETTLED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
 };
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
@@ -161,6 +161,10 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         resp.headers_mut()
             .insert(NOT_PROPOSED_HEADER, HeaderValue::from_static("1"));
     }
+    if hops > 0 && resp.extensions().get::<Settled>().is_some() {
+        resp.headers_mut()
+            .insert(SETTLED_HEADER, HeaderValue::from_static("1"));
+    }
     resp
 }
 
@@ -178,6 +182,8 @@ async fn route(
     let mut local = Some((parts, next));
     let mut attempt_no = 0;
     let mut remote_attempts = if call.hops == 1 { u32::MAX } else { 1 };
+    // Whether an attempt of this node may have been proposed: every later one is a resend.
+    let mut proposed_maybe = false;
     loop {
         let (last, may_retry) = if leader_id == node.config.node_id {
             let Some((parts, next)) = local.take() else {
@@ -186,8 +192,12 @@ async fn route(
             let resp = next
                 .run(Request::from_parts(parts, Body::from(call.body.clone())))
                 .await;
+            let not_proposed = resp.extensions().get::<NotProposed>().is_some();
+            proposed_maybe |= !not_proposed;
+            let settled = resp.extensions().get::<Settled>().is_some();
             let unanswered = resp.status() == StatusCode::SERVICE_UNAVAILABLE
-                && (call.repeatable || resp.extensions().get::<NotProposed>().is_some());
+                && (call.repeatable || not_proposed)
+                && !settled;
             (resp, unanswered && call.hops <= MAX_HOPS)
         } else {
             if call.hops > MAX_HOPS || remote_attempts == 0 {
@@ -195,9 +205,13 @@ async fn route(
                     .into_response();
             }
             remote_attempts -= 1;
-            match attempt(node, call, target, &addr).await {
+            let resent = call.resent_within(proposed_maybe);
+            match attempt(node, call, target, &addr, resent).await {
                 Ok(resp) => return resp,
-                Err((resp, may_retry)) => (resp, may_retry && remote_attempts > 0),
+                Err(failed) => {
+                    proposed_maybe |= failed.sent;
+                    (failed.resp, failed.may_retry && remote_attempts > 0)
+                }
             }
         };
         if !may_retry || Instant::now() >= call.deadline {
@@ -217,18 +231,28 @@ async fn route(
     }
 }
 
-/// One forward to the leader at `addr`. `Ok`: the answer to relay. `Err`: a 503 to relay
-/// unless the call goes on elsewhere, and whether it may.
+/// A forward that got no answer to relay as it is.
+struct Unanswered {
+    /// The 503 to relay unless the call goes on elsewhere.
+    resp: Response,
+    /// Whether the call may go on to the next leader.
+    may_retry: bool,
+    /// Whether the leader may have proposed it (so a next attempt is a resend).
+    sent: bool,
+}
+
+/// One forward to the leader at `addr`; `resent`: see [`send`]. `Ok`: the answer to relay.
 async fn attempt(
     node: &SharedNode,
     call: &Call,
     target: &Route,
     addr: &str,
-) -> Result<Response, (Response, bool)> {
+    resent: Option<Duration>,
+) -> Result<Response, Unanswered> {
     // A leader that is cut off but alive may hold the call until the deadline; as soon as
     // this node learns of another leader, a repeatable call goes on there.
     let result = tokio::select! {
-        r = send(node, call, addr) => r,
+        r = send(node, call, addr, resent) => r,
         _ = leader_moved_from(target, addr), if call.repeatable => Err(Failed {
             sent: true,
             error: ApiError::unavailable(call.dialect, "the leader changed"),
@@ -236,18 +260,29 @@ async fn attempt(
         // A stopping node answers a long wait now rather than have it cut at exit; dropping
         // the forward makes the leader cancel the waiter.
         _ = node.stopped(), if call.waits() => {
-            return Err((ApiError::unavailable(call.dialect, "this node is stopping; retry on another").into_response(), false));
+            let resp = ApiError::unavailable(call.dialect, "this node is stopping; retry on another").into_response();
+            return Err(Unanswered { resp, may_retry: false, sent: true });
         }
     };
     match result {
-        Ok(resp) if resp.status() != StatusCode::SERVICE_UNAVAILABLE => Ok(resp),
+        Ok(resp)
+            if resp.status() != StatusCode::SERVICE_UNAVAILABLE
+                || resp.extensions().get::<Settled>().is_some() =>
+        {
+            Ok(resp)
+        }
         // The leader's own 503 (it lost leadership, or could not commit in time): the write
         // may still commit, so only a repeatable call goes on.
-        Ok(resp) => Err((resp, call.repeatable)),
-        Err(failed) => Err((
-            failed.error.into_response(),
-            call.repeatable || !failed.sent,
-        )),
+        Ok(resp) => Err(Unanswered {
+            resp,
+            may_retry: call.repeatable,
+            sent: true,
+        }),
+        Err(failed) => Err(Unanswered {
+            resp: failed.error.into_response(),
+            may_retry: call.repeatable || !failed.sent,
+            sent: failed.sent,
+        }),
     }
 }
 
@@ -284,6 +319,9 @@ struct Call {
     wait: WaitContext,
     /// The one deadline of the whole call.
     deadline: Instant,
+    /// When the call reached this node: a resend tells the leader how long ago it first
+    /// went out ([`Call::resent_within`]).
+    arrived: Instant,
     /// Safe to send again when an attempt's fate is unknown.
     repeatable: bool,
     /// The call's request id (the client's own, or minted here), sent along on every
@@ -293,6 +331,15 @@ struct Call {
 }
 
 impl Call {
+    /// For an attempt after one that may have been proposed (by this node, `proposed_maybe`,
+    /// or before the call reached it: it came as a resend), how long since the call first
+    /// went out: the time since it arrived here plus what the sender counted.
+    fn resent_within(&self, proposed_maybe: bool) -> Option<Duration> {
+        let before = self.request_id.resent_within;
+        (proposed_maybe || before.is_some())
+            .then(|| before.unwrap_or_default() + self.arrived.elapsed())
+    }
+
     /// A blocking acquire (it may wait far longer than a commit).
     fn waits(&self) -> bool {
         self.wait.waiter_id.is_some()
@@ -325,6 +372,7 @@ impl Call {
             hops: arrived_hops + 1,
             wait: WaitContext::for_request(parts, wait_secs, arrived_hops, arrived),
             deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
+            arrived,
             repeatable: once || repeatable(&parts.method, path),
             request_id,
             dialect,
@@ -380,7 +428,14 @@ struct Failed {
     error: ApiError,
 }
 
-async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Failed> {
+/// Sends `call` to the leader at `addr`; `resent`, when an earlier attempt may have been
+/// proposed: how long since the call first went out ([`RESENT_WITHIN_HEADER`]).
+async fn send(
+    node: &SharedNode,
+    call: &Call,
+    addr: &str,
+    resent: Option<Duration>,
+) -> Result<Response, Failed> {
     let d = call.dialect;
     let url = node.peer_url(addr, &call.path);
     // At least a few milliseconds, so an attempt at the deadline fails as a timeout.
@@ -414,6 +469,11 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
             NODE_REQUEST_ID_HEADER,
             uuid::Uuid::from_u128(id).to_string(),
         );
+    }
+    if let Some(within) = resent {
+        // Rounded up: the leader's state machine takes it as a bound.
+        let ms = within.as_nanos().div_ceil(1_000_000);
+        req = req.header(RESENT_WITHIN_HEADER, ms.to_string());
     }
     req = req.header(HOPS_HEADER, call.hops.to_string());
     let started = Instant::now();
@@ -461,8 +521,12 @@ async fn send(node: &SharedNode, call: &Call, addr: &str) -> Result<Response, Fa
             error: ApiError::unavailable(d, format!("leader link answered {status}")),
         });
     }
+    let settled = headers.remove(SETTLED_HEADER).is_some();
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
+    if settled {
+        reply.extensions_mut().insert(Settled);
+    }
     for (name, value) in headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
         reply.headers_mut().append(name.clone(), value.clone());
     }
@@ -494,6 +558,8 @@ fn is_internal(name: &str) -> bool {
         || name == NOT_PROPOSED_HEADER
         || name == FORWARDED_REQUEST_ID_HEADER
         || name == NODE_REQUEST_ID_HEADER
+        || name == RESENT_WITHIN_HEADER
+        || name == SETTLED_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER

@@ -19,6 +19,7 @@
 //! [`FORWARDED_REQUEST_ID_HEADER`].
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -26,11 +27,12 @@ use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use raftlock_api::methods::{self, effect_of, Effect};
-use raftlock_core::{request_ids, Op};
+use raftlock_core::{request_ids, Nanos, Op};
 
 use super::errors::{ApiError, Dialect};
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
+    RESENT_WITHIN_HEADER,
 };
 
 /// The request ids of a call: the client's own (a UUID it sent, reused on its retries), and
@@ -42,6 +44,10 @@ pub struct ClientRequestId {
     /// Minted by the node the client called ([`request_ids::node_minted`]); sent along on
     /// every forward, so every attempt of the call proposes under the same id.
     pub minted: Option<u128>,
+    /// On a peer's resend of the call (an earlier attempt may have been proposed): how long
+    /// since the call first went out ([`RESENT_WITHIN_HEADER`]). The call is then proposed
+    /// as [`Op::Resent`].
+    pub resent_within: Option<Duration>,
 }
 
 impl ClientRequestId {
@@ -59,12 +65,15 @@ impl ClientRequestId {
             Some(id) if client_id_covers => Some(id),
             _ => self.minted,
         };
-        match id {
-            Some(request_id) => Op::Once {
+        let op = Box::new(op);
+        match (id, self.resent_within) {
+            (Some(request_id), None) => Op::Once { request_id, op },
+            (Some(request_id), Some(within)) => Op::Resent {
                 request_id,
-                op: Box::new(op),
+                within: Nanos::try_from(within.as_nanos()).unwrap_or(Nanos::MAX),
+                op,
             },
-            None => op,
+            (None, _) => *op,
         }
     }
 
@@ -133,6 +142,10 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
         ClientRequestId {
             client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
             minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
+            resent_within: headers
+                .get(RESENT_WITHIN_HEADER)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .map(Duration::from_millis),
         }
     } else {
         ClientRequestId {
@@ -140,6 +153,7 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
             // The thread's CSPRNG (seeded from the OS): `Uuid::new_v4` asks the kernel
             // (`getrandom`) each time — a system call for every write.
             minted: mints(method, path).then(|| request_ids::node_minted(rand::random::<u128>())),
+            resent_within: None,
         }
     }
 }
@@ -260,6 +274,7 @@ mod tests {
         let both = ClientRequestId {
             client: Some(client),
             minted: Some(minted),
+            resent_within: None,
         };
         assert_eq!(under(both.wrap(op())), Some(client));
         assert_eq!(under(both.wrap_if(false, op())), Some(minted));
@@ -269,6 +284,7 @@ mod tests {
         let client_only = ClientRequestId {
             client: Some(client),
             minted: None,
+            resent_within: None,
         };
         assert!(!client_only.covers(&Method::POST, "/locks/a/lease"));
         assert!(client_only.covers(&Method::DELETE, "/locks/a"));
@@ -293,5 +309,32 @@ mod tests {
         assert_eq!(under(released), Some(client));
         let refreshed = wrap_hier(both, facts("RefreshLockLease"), "p".into(), release);
         assert_eq!(under(refreshed), Some(minted));
+    }
+
+    #[test]
+    fn a_peers_resend_is_proposed_as_one_with_how_long_ago_the_call_first_went_out() {
+        let minted = request_ids::node_minted(42);
+        let mut headers = HeaderMap::new();
+        headers.insert(HOPS_HEADER, "1".parse().unwrap());
+        let id = uuid::Uuid::from_u128(minted).to_string();
+        headers.insert(NODE_REQUEST_ID_HEADER, id.parse().unwrap());
+        let op = || Op::CreateProject { name: "p".into() };
+        let first = ids_of(&Method::DELETE, "/locks/a", &headers);
+        assert!(matches!(first.wrap(op()), Op::Once { request_id, .. } if request_id == minted));
+
+        headers.insert(RESENT_WITHIN_HEADER, "1500".parse().unwrap());
+        let resent = ids_of(&Method::DELETE, "/locks/a", &headers);
+        let Op::Resent {
+            request_id, within, ..
+        } = resent.wrap(op())
+        else {
+            panic!("a resend is proposed as Op::Resent")
+        };
+        assert_eq!((request_id, within), (minted, 1_500_000_000));
+
+        // A client cannot claim a resend: only a peer's forward is read for it.
+        headers.remove(HOPS_HEADER);
+        let from_client = ids_of(&Method::DELETE, "/locks/a", &headers);
+        assert_eq!(from_client.resent_within, None);
     }
 }
