@@ -54,8 +54,7 @@ pub mod wait_groups;
 pub use command::{Command, Op, Outcome, Reply};
 pub use error::CoreError;
 pub use machine::{
-    Limits, StateMachine, StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4,
-    StateMachineV5, Summary,
+    Limits, StateMachine, StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4, Summary,
 };
 
 /// Nanoseconds since the Unix epoch; the only notion of time the state machine knows.

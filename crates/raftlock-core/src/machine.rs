@@ -19,7 +19,7 @@ use crate::wait_groups::WaitGroups;
 use crate::{validate, Nanos};
 
 mod compat;
-pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4, StateMachineV5};
+pub use compat::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4};
 
 /// Tunable limits that are part of the replicated state (all nodes must agree on them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

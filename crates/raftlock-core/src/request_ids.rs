@@ -23,10 +23,12 @@
 //! Under a high write rate the caps forget ids within seconds (10,000 ids last 0.7 s at
 //! 15,000 writes a second), sooner than a node's resend of a call may arrive. So a node
 //! proposes its resends as such ([`crate::Op::Resent`], with how long ago the call first
-//! went out), and each table keeps the apply time of the newest id it forgot: a resend whose
-//! id is not in the table, of a table that forgot an id applied since the call's first
-//! attempt may have been, is refused as [`CoreError::OutcomeUnknown`] rather than applied a
-//! second time ([`RequestIds::check_resend`]).
+//! went out): a resend whose id is not in the table, of a table that may have forgotten an id
+//! applied since the call's first attempt could have been, is refused as
+//! [`CoreError::OutcomeUnknown`] rather than applied a second time
+//! ([`RequestIds::check_resend`]). Whether it may have is read from the table as it is — a
+//! table at one of its caps forgot only ids older than its oldest — so the rule needs no state
+//! of its own and every node of any release that decodes `Resent` decides it alike.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -54,6 +56,11 @@ pub const NODE_MINTED_REMEMBER_FOR: Nanos = 360 * SECOND;
 /// travels and queues before the leader stamps it. Generous, as it only widens what counts as
 /// "maybe forgotten": a busy table refuses a few more resends, and nothing is applied twice.
 pub const RESEND_MARGIN: Nanos = 5 * SECOND;
+
+/// More than any one remembered answer weighs ([`Remembered::bytes`]): answers are to requests
+/// of at most 64 KiB (the server's body limit) under the core's own field limits, a namespace's
+/// the largest at ~13 KB. A table the byte cap trimmed holds more than the cap less this.
+const LARGEST_OUTCOME: usize = 1 << 20;
 
 /// The top 32 bits of every id a node mints: `rlnd`. With the UUID version nibble set to 8
 /// (custom), a node-minted id is a valid UUID that a client's random (version 4) id never is.
@@ -126,50 +133,6 @@ struct ProjectIds {
     order: VecDeque<u128>,
     /// Sum of `bytes` over `by_id`.
     bytes: usize,
-    /// When the newest id this table forgot (by age or by a cap) had been applied: a resend
-    /// whose first attempt may have been applied at or before it cannot tell whether it was
-    /// ([`RequestIds::check_resend`]). `None` until the table forgets its first id.
-    forgot_up_to: Option<Nanos>,
-}
-
-/// [`ProjectIds`] as snapshot format 5 laid it out (before `forgot_up_to`). Field order is the
-/// encoding: do not change it.
-#[derive(Debug, Deserialize)]
-struct ProjectIdsV5 {
-    by_id: HashMap<u128, Remembered>,
-    order: VecDeque<u128>,
-    bytes: usize,
-}
-
-impl From<ProjectIdsV5> for ProjectIds {
-    /// What such a table forgot is not known; nothing, as the release that wrote it held.
-    fn from(v5: ProjectIdsV5) -> Self {
-        ProjectIds {
-            by_id: v5.by_id,
-            order: v5.order,
-            bytes: v5.bytes,
-            forgot_up_to: None,
-        }
-    }
-}
-
-/// [`RequestIds`] as snapshot formats 2 to 5 laid it out. Field order is the encoding: do not
-/// change it.
-#[derive(Debug, Deserialize)]
-pub struct RequestIdsV5 {
-    projects: BTreeMap<String, ProjectIdsV5>,
-}
-
-impl From<RequestIdsV5> for RequestIds {
-    fn from(v5: RequestIdsV5) -> Self {
-        RequestIds {
-            projects: v5
-                .projects
-                .into_iter()
-                .map(|(k, v)| (k, v.into()))
-                .collect(),
-        }
-    }
 }
 
 /// Encodes `by_id` as a map in ascending id order.
@@ -183,6 +146,18 @@ fn in_id_order<S: serde::Serializer>(
 }
 
 impl ProjectIds {
+    /// Whether this table may have forgotten, by a cap, an id applied at or after `earliest`.
+    /// A cap forgets the oldest id first, and what it keeps is newer; until those age out
+    /// (minutes) the table stays at the cap: at [`MAX_PER_PROJECT`] ids, or within the
+    /// largest answer of [`MAX_BYTES_PER_PROJECT`]. So a table at neither cap forgot nothing
+    /// by one within that time, and one at a cap forgot nothing newer than its oldest id.
+    fn may_have_forgotten_since(&self, earliest: Nanos) -> bool {
+        let at_a_cap = self.order.len() >= MAX_PER_PROJECT
+            || self.bytes + LARGEST_OUTCOME > MAX_BYTES_PER_PROJECT;
+        let oldest = self.order.front().and_then(|id| self.by_id.get(id));
+        at_a_cap && oldest.is_some_and(|r| r.at >= earliest)
+    }
+
     /// Drops ids older than their window at `t`, then the oldest until at most `keep` ids and
     /// `keep_bytes` bytes remain.
     fn forget(&mut self, t: Nanos, keep: usize, keep_bytes: usize) {
@@ -197,7 +172,6 @@ impl ProjectIds {
             self.order.pop_front();
             if let Some(r) = self.by_id.remove(&id) {
                 self.bytes -= r.bytes;
-                self.forgot_up_to = self.forgot_up_to.max(Some(r.at));
             }
         }
     }
@@ -245,9 +219,11 @@ impl RequestIds {
 
     /// [`Self::check`] for a node's resend of a call whose first attempt went out at most
     /// `within` before (and so was applied, if at all, no earlier than `t − within −`
-    /// [`RESEND_MARGIN`] in cluster time): an id not remembered is new only if its table has
-    /// forgotten nothing applied since then; otherwise the first attempt may have been applied
-    /// and forgotten, and the resend is refused with [`CoreError::OutcomeUnknown`].
+    /// [`RESEND_MARGIN`] in cluster time): an id not remembered is new only if its table can
+    /// have forgotten nothing applied since then — by a cap
+    /// ([`ProjectIds::may_have_forgotten_since`]), or by age when that time reaches back past
+    /// the id's window; otherwise the first attempt may have been applied and forgotten, and
+    /// the resend is refused with [`CoreError::OutcomeUnknown`].
     pub fn check_resend(
         &self,
         project: &str,
@@ -260,14 +236,13 @@ impl RequestIds {
             return Ok(Seen::Repeat(first));
         }
         let earliest = t.saturating_sub(within.saturating_add(RESEND_MARGIN));
+        let aged_out = earliest <= t.saturating_sub(window(id));
         let table = self.projects.get(table_key(project, id).as_ref());
-        // Its own id past its window was applied (and is as good as forgotten).
-        let expired = table.and_then(|p| p.by_id.get(&id)).map(|r| r.at);
-        let forgot = table.and_then(|p| p.forgot_up_to).max(expired);
-        match forgot {
-            Some(at) if at >= earliest => Err(CoreError::OutcomeUnknown),
-            _ => Ok(Seen::New),
+        let trimmed = table.is_some_and(|p| p.may_have_forgotten_since(earliest));
+        if aged_out || trimmed {
+            return Err(CoreError::OutcomeUnknown);
         }
+        Ok(Seen::New)
     }
 
     /// Remembers the first outcome of `id`. Refusals that a later retry may not meet again
@@ -418,9 +393,9 @@ mod tests {
             Err(CoreError::OutcomeUnknown),
             "from the table alone this cannot be told from the forgotten one"
         );
-        // A resend whose first attempt went out after the newest forgotten id was applied
-        // (plus the margin) is judged by the table alone.
-        let later = t1 + within + RESEND_MARGIN + SECOND;
+        // A resend whose first attempt went out after the table's oldest id was applied (plus
+        // the margin) is judged by the table alone: what the cap forgot is older.
+        let later = t1 + within + RESEND_MARGIN + 2 * SECOND;
         assert_eq!(
             ids.check_resend(P, unseen, 7, later, within).unwrap(),
             Seen::New
@@ -430,6 +405,31 @@ mod tests {
         assert_eq!(
             ids.check_resend(P, 6, 7, resend_at, within).unwrap(),
             Seen::New
+        );
+    }
+
+    #[test]
+    fn a_table_the_byte_cap_trimmed_refuses_resends_it_cannot_vouch_for() {
+        let mut ids = RequestIds::default();
+        let big: Outcome = Err(CoreError::invalid("f", "x".repeat(60_000)));
+        let t = 100 * SECOND;
+        let first = node_minted(0);
+        ids.remember(P, first, 0, &big, t);
+        let within = 2 * SECOND;
+        assert_eq!(
+            ids.check_resend(P, node_minted(1_000), 0, t + within, within)
+                .unwrap(),
+            Seen::New
+        );
+        // ~70 answers of 60 KB fill 4 MiB: the first is forgotten by bytes, not by count.
+        for n in 1..100 {
+            ids.remember(P, node_minted(n), 0, &big, t);
+        }
+        assert!(ids.len() < 100);
+        assert_eq!(ids.check(P, first, 0, t + within).unwrap(), Seen::New);
+        assert_eq!(
+            ids.check_resend(P, first, 0, t + within, within),
+            Err(CoreError::OutcomeUnknown)
         );
     }
 
@@ -450,43 +450,6 @@ mod tests {
             ids.check_resend(P, id, 7, t, NODE_MINTED_REMEMBER_FOR),
             Err(CoreError::OutcomeUnknown)
         );
-    }
-
-    /// `ProjectIds` as snapshot format 5 wrote it.
-    #[derive(Serialize)]
-    struct ProjectIdsAsWrittenV5 {
-        #[serde(serialize_with = "in_id_order")]
-        by_id: HashMap<u128, Remembered>,
-        order: VecDeque<u128>,
-        bytes: usize,
-    }
-
-    #[test]
-    fn a_format_5_table_is_read_as_one_that_forgot_nothing() {
-        let mut ids = RequestIds::default();
-        for n in 0..MAX_PER_PROJECT as u128 + 3 {
-            ids.remember(P, node_minted(n), 0, &done(), n as Nanos);
-            ids.remember(P, n, 0, &done(), n as Nanos);
-        }
-        let as_v5: BTreeMap<&String, ProjectIdsAsWrittenV5> = ids
-            .projects
-            .iter()
-            .map(|(name, p)| {
-                let v5 = ProjectIdsAsWrittenV5 {
-                    by_id: p.by_id.clone(),
-                    order: p.order.clone(),
-                    bytes: p.bytes,
-                };
-                (name, v5)
-            })
-            .collect();
-        let bytes = crate::codec::encode(&(as_v5,)).unwrap();
-        let read: RequestIds = crate::codec::decode::<RequestIdsV5>(&bytes).unwrap().into();
-        for p in ids.projects.values_mut() {
-            assert_eq!(p.forgot_up_to, Some(2), "three ids forgotten");
-            p.forgot_up_to = None;
-        }
-        assert_eq!(read, ids);
     }
 
     #[test]
@@ -534,7 +497,6 @@ mod tests {
         by_id: BTreeMap<u128, Remembered>,
         order: VecDeque<u128>,
         bytes: usize,
-        forgot_up_to: Option<Nanos>,
     }
 
     #[test]
@@ -554,7 +516,6 @@ mod tests {
             by_id: table.by_id.iter().map(|(k, v)| (*k, v.clone())).collect(),
             order: table.order.clone(),
             bytes: table.bytes,
-            forgot_up_to: table.forgot_up_to,
         };
         let encoded = crate::codec::encode(table).unwrap();
         assert_eq!(encoded, crate::codec::encode(&in_btree).unwrap());

@@ -8,10 +8,8 @@
 //! and barriers; it must still decode (as [`StateMachineV3`]) and convert to the same state.
 //! `fixtures/state-format-4.bin` was written by the first release that leaves the project-lock
 //! eligibility index out of the encoding; it must still decode (as [`StateMachineV4`]) and
-//! convert to the same state, with no shards. `fixtures/state-format-5.bin` was written by the
-//! first release with the shard map; it must still decode (as [`StateMachineV5`]) and convert
-//! to the same state. `fixtures/state-format-6.bin` is the current format, whose request-id
-//! tables keep when they last forgot an id
+//! convert to the same state, with no shards. `fixtures/state-format-5.bin` is the current
+//! format, with the shard map
 //! (`RAFTLOCK_WRITE_FIXTURE=1 cargo test -p raftlock-core --test encoding`).
 
 use std::collections::BTreeMap;
@@ -23,7 +21,7 @@ use raftlock_core::semaphores::SemaphoreSpec;
 use raftlock_core::wait_groups::GroupSpec;
 use raftlock_core::{
     codec, Command, Limits, Op, StateMachine, StateMachineV2, StateMachineV3, StateMachineV4,
-    StateMachineV5, SECOND,
+    SECOND,
 };
 
 const T0: i64 = 1_700_000_000 * SECOND;
@@ -39,13 +37,9 @@ const FIXTURE_V4: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/state-format-4.bin"
 );
-const FIXTURE_V5: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/state-format-5.bin"
-);
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/state-format-6.bin"
+    "/tests/fixtures/state-format-5.bin"
 );
 
 fn hier(project: &str, op: HierOp) -> Op {
@@ -58,11 +52,7 @@ fn hier(project: &str, op: HierOp) -> Op {
 /// A state touching every part of project-lock and hierarchical: namespaces with metadata, leases, shared and
 /// exclusive holds on nested paths, a queued waiter, expiry indexes.
 fn sample_state() -> StateMachine {
-    sample_state_from(StateMachine::new(Limits::default()))
-}
-
-/// [`sample_state`]'s commands applied to `sm`.
-fn sample_state_from(mut sm: StateMachine) -> StateMachine {
+    let mut sm = StateMachine::new(Limits::default());
     let meta: BTreeMap<String, String> = [("owner".to_string(), "team-a".to_string())].into();
     let mut ops = vec![Op::CreateProject { name: "p".into() }];
     for ns in ["alpha", "beta"] {
@@ -139,11 +129,7 @@ fn sample_state_from(mut sm: StateMachine) -> StateMachine {
 /// other than their lease ids, a wait group with two of three jobs in, and a barrier that
 /// tripped once and has one arrival in its second generation.
 fn sample_state_with_semaphores() -> StateMachine {
-    with_semaphores(sample_state())
-}
-
-/// [`sample_state_with_semaphores`]'s own commands applied to `sm`.
-fn with_semaphores(mut sm: StateMachine) -> StateMachine {
+    let mut sm = sample_state();
     let meta: BTreeMap<String, String> = [("vendor".to_string(), "partner-1".to_string())].into();
     let mut ops = vec![];
     for (name, permits) in [("partner_1", 5), ("partner_2", 2)] {
@@ -268,11 +254,7 @@ fn with_semaphores(mut sm: StateMachine) -> StateMachine {
 
 /// The sample with semaphores, plus two data shards and a project placed on one.
 fn sample_state_with_shards() -> StateMachine {
-    with_shards(sample_state_with_semaphores())
-}
-
-/// [`sample_state_with_shards`]'s own commands applied to `sm`.
-fn with_shards(mut sm: StateMachine) -> StateMachine {
+    let mut sm = sample_state_with_semaphores();
     let members = |ids: &[u64]| ids.iter().copied().collect();
     let ops = vec![
         Op::CreateShard {
@@ -295,69 +277,6 @@ fn with_shards(mut sm: StateMachine) -> StateMachine {
     sm
 }
 
-/// The sample with shards, on a machine that first remembered request ids: node-minted
-/// ids in a project whose table forgot one (by age: the sample's leases would not live
-/// through that), then a client's id in the sample's project.
-fn sample_state_with_request_ids() -> StateMachine {
-    use raftlock_core::request_ids::{node_minted, NODE_MINTED_REMEMBER_FOR};
-    let force_release = |project: &str| {
-        Box::new(Op::ProjectLock {
-            project: project.into(),
-            key: "k".into(),
-            action: LockAction::ForceRelease,
-        })
-    };
-    let once = |request_id: u128, project: &str| Op::Once {
-        request_id,
-        op: force_release(project),
-    };
-    let mut sm = StateMachine::new(Limits::default());
-    let early = T0 - NODE_MINTED_REMEMBER_FOR - 60 * SECOND;
-    let writes = [
-        (early, node_minted(1)),
-        (early + SECOND, node_minted(2)),
-        // Past the first id's window: remembering this one forgets it.
-        (T0 - 30 * SECOND, node_minted(3)),
-    ];
-    for (stamp, id) in writes {
-        let ops = vec![once(id, "early")];
-        sm.apply(&Command { stamp, ops });
-    }
-    // The table knows it forgot the first id: a resend that may be it is refused.
-    let resend = Op::Resent {
-        request_id: node_minted(4),
-        within: T0 - early,
-        op: force_release("early"),
-    };
-    let mut probe = sm.clone();
-    let stamp = T0 - 30 * SECOND;
-    let out = probe
-        .apply(&Command {
-            stamp,
-            ops: vec![resend],
-        })
-        .remove(0);
-    assert_eq!(out, Err(raftlock_core::CoreError::OutcomeUnknown));
-    let mut sm = with_shards(with_semaphores(sample_state_from(sm)));
-    let client_id = 0x4f83efc2_8fe7_42e8_8347_43493dc5bd8f;
-    let ops = vec![once(client_id, "p")];
-    let stamp = T0 + 3 * SECOND;
-    sm.apply(&Command { stamp, ops })
-        .remove(0)
-        .expect("a force release of a lock nobody holds");
-    sm
-}
-
-#[test]
-fn a_format_5_state_converts_to_the_same_state() {
-    let fixture = std::fs::read(FIXTURE_V5).expect("fixture present");
-    let v5: StateMachineV5 = codec::decode(&fixture).unwrap();
-    let mut converted = StateMachine::from(v5);
-    converted.count_usage();
-    assert_eq!(converted, sample_state_with_shards());
-    converted.check_usage().unwrap();
-}
-
 #[test]
 fn a_format_4_state_converts_to_the_same_state_without_shards() {
     let fixture = std::fs::read(FIXTURE_V4).expect("fixture present");
@@ -369,8 +288,8 @@ fn a_format_4_state_converts_to_the_same_state_without_shards() {
 }
 
 #[test]
-fn the_state_encodes_to_the_bytes_of_the_format_6_release() {
-    let state = sample_state_with_request_ids();
+fn the_state_encodes_to_the_bytes_of_the_format_5_release() {
+    let state = sample_state_with_shards();
     assert_eq!(state.shards().shard_of("placed"), 2);
     let bytes = codec::encode(&state).unwrap();
     if std::env::var_os("RAFTLOCK_WRITE_FIXTURE").is_some() {

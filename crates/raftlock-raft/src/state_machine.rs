@@ -187,7 +187,7 @@ fn lower_this_threads_priority() {}
 /// Version of the snapshot payload layout (`SmData` and everything in it). Bump it whenever
 /// the encoded state changes shape: bincode is not self-describing, so a node must refuse a
 /// snapshot of another layout with a clear error rather than misread it.
-pub const STATE_FORMAT: u32 = 6;
+pub const STATE_FORMAT: u32 = 5;
 
 /// [`SmData`] in an older format whose machine is laid out as `M` (e.g.
 /// [`raftlock_core::StateMachineV3`]); read and converted ([`SmData::from_older`]).
@@ -228,9 +228,7 @@ pub(crate) fn decode_state(bytes: &[u8]) -> Result<SmData, BoxError> {
 }
 
 fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
-    use raftlock_core::{
-        StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4, StateMachineV5,
-    };
+    use raftlock_core::{StateMachineV1, StateMachineV2, StateMachineV3, StateMachineV4};
     let format: u32 = codec::decode(bytes)?;
     match format {
         // Before the machine remembered request ids.
@@ -241,8 +239,6 @@ fn decode_state_as_written(bytes: &[u8]) -> Result<SmData, BoxError> {
         3 => SmData::from_older::<StateMachineV3>(bytes),
         // Before the shard map.
         4 => SmData::from_older::<StateMachineV4>(bytes),
-        // Before request-id tables kept when they last forgot an id.
-        5 => SmData::from_older::<StateMachineV5>(bytes),
         STATE_FORMAT => {
             let (_, state): (u32, SmData) = codec::decode(bytes)?;
             Ok(state)
@@ -534,19 +530,6 @@ mod format_tests {
             assert_eq!(bytes.pop(), Some(0));
         }
         (state, bytes)
-    }
-
-    #[test]
-    fn a_format_5_snapshot_is_read_and_converted() {
-        // Format 5 is format 6 without each request-id table's last forgotten time; with no
-        // table (one project, no request ids) the bytes are the same.
-        let mut state = SmData::default();
-        state.machine.apply(&raftlock_core::Command {
-            stamp: 5,
-            ops: vec![raftlock_core::Op::CreateProject { name: "p".into() }],
-        });
-        let v5 = codec::encode(&(5u32, &state)).unwrap();
-        assert_eq!(decode_state(&v5).unwrap().machine, state.machine);
     }
 
     #[test]

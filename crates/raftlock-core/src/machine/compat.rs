@@ -11,46 +11,11 @@ use super::StateMachine;
 use crate::barriers::Barriers;
 use crate::hierarchy::{Hierarchy, HierarchyV2};
 use crate::project_locks::{ProjectLocks, ProjectLocksV3};
-use crate::request_ids::RequestIdsV5;
+use crate::request_ids::RequestIds;
 use crate::semaphores::Semaphores;
-use crate::shards::Shards;
 use crate::tenancy::ProjectSettings;
 use crate::wait_groups::WaitGroups;
 use crate::Nanos;
-
-/// [`StateMachine`] as snapshot format 5 laid it out (before each request-id table kept when
-/// it last forgot an id), so a node upgraded from that release can read its snapshot. Field
-/// order is the encoding: do not change it.
-#[derive(Debug, Deserialize)]
-pub struct StateMachineV5 {
-    time: Nanos,
-    projects: BTreeMap<String, ProjectSettings>,
-    key_index: BTreeMap<String, String>,
-    project_locks: ProjectLocks,
-    hierarchy: Hierarchy,
-    request_ids: RequestIdsV5,
-    semaphores: Semaphores,
-    wait_groups: WaitGroups,
-    barriers: Barriers,
-    shards: Shards,
-}
-
-impl From<StateMachineV5> for StateMachine {
-    fn from(v5: StateMachineV5) -> Self {
-        StateMachine {
-            time: v5.time,
-            projects: v5.projects,
-            key_index: v5.key_index,
-            project_locks: v5.project_locks,
-            hierarchy: v5.hierarchy,
-            request_ids: v5.request_ids.into(),
-            semaphores: v5.semaphores,
-            wait_groups: v5.wait_groups,
-            barriers: v5.barriers,
-            shards: v5.shards,
-        }
-    }
-}
 
 /// [`StateMachine`] as snapshot format 4 laid it out (before the shard map), so a node
 /// upgraded from that release can read its snapshot. Field order is the encoding: do not
@@ -62,7 +27,7 @@ pub struct StateMachineV4 {
     key_index: BTreeMap<String, String>,
     project_locks: ProjectLocks,
     hierarchy: Hierarchy,
-    request_ids: RequestIdsV5,
+    request_ids: RequestIds,
     semaphores: Semaphores,
     wait_groups: WaitGroups,
     barriers: Barriers,
@@ -76,7 +41,7 @@ impl From<StateMachineV4> for StateMachine {
             key_index: v4.key_index,
             project_locks: v4.project_locks,
             hierarchy: v4.hierarchy,
-            request_ids: v4.request_ids.into(),
+            request_ids: v4.request_ids,
             semaphores: v4.semaphores,
             wait_groups: v4.wait_groups,
             barriers: v4.barriers,
@@ -95,7 +60,7 @@ pub struct StateMachineV3 {
     key_index: BTreeMap<String, String>,
     project_locks: ProjectLocksV3,
     hierarchy: Hierarchy,
-    request_ids: RequestIdsV5,
+    request_ids: RequestIds,
     semaphores: Semaphores,
     wait_groups: WaitGroups,
     barriers: Barriers,
@@ -109,7 +74,7 @@ impl From<StateMachineV3> for StateMachine {
             key_index: v3.key_index,
             project_locks: v3.project_locks.into(),
             hierarchy: v3.hierarchy,
-            request_ids: v3.request_ids.into(),
+            request_ids: v3.request_ids,
             semaphores: v3.semaphores,
             wait_groups: v3.wait_groups,
             barriers: v3.barriers,
@@ -128,7 +93,7 @@ pub struct StateMachineV2 {
     key_index: BTreeMap<String, String>,
     project_locks: ProjectLocksV3,
     hierarchy: HierarchyV2,
-    request_ids: RequestIdsV5,
+    request_ids: RequestIds,
 }
 
 impl From<StateMachineV2> for StateMachine {
@@ -139,7 +104,7 @@ impl From<StateMachineV2> for StateMachine {
             key_index: v2.key_index,
             project_locks: v2.project_locks.into(),
             hierarchy: v2.hierarchy.into(),
-            request_ids: v2.request_ids.into(),
+            request_ids: v2.request_ids,
             ..Default::default()
         }
     }

@@ -63,8 +63,10 @@ pub struct ApiError {
 pub struct NotProposed;
 
 /// Response extension on a 503 that is final: the state machine refused a resend whose first
-/// attempt may have been applied ([`CoreError::OutcomeUnknown`]); every further resend would
-/// be refused the same way, so [`super::forward`] relays it at once.
+/// attempt may have been applied ([`CoreError::OutcomeUnknown`]). The answer is the one a
+/// client is owed (its write's fate is unknown) and a further resend could at best find the
+/// first attempt committed late, so [`super::forward`] relays it at once instead of resending
+/// until the deadline.
 #[derive(Debug, Clone, Copy)]
 pub struct Settled;
 

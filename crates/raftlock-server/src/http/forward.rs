@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed, Settled};
-use super::idempotency::ClientRequestId;
+use super::idempotency::{ClientRequestId, Resent};
 use super::wait::WaitContext;
 use crate::group::Group;
 use crate::node::{Node, SharedNode};
@@ -186,9 +186,15 @@ async fn route(
     let mut proposed_maybe = false;
     loop {
         let (last, may_retry) = if leader_id == node.config.node_id {
-            let Some((parts, next)) = local.take() else {
+            let Some((mut parts, next)) = local.take() else {
                 return ApiError::unavailable(call.dialect, "the leader changed").into_response();
             };
+            // After a forward that may have been proposed, this node leads: propose a resend.
+            if let Some(within) = call.resent_within(proposed_maybe) {
+                let mut ids = call.request_id;
+                ids.resent = Some(Resent::now(within));
+                parts.extensions.insert(ids);
+            }
             let resp = next
                 .run(Request::from_parts(parts, Body::from(call.body.clone())))
                 .await;
@@ -335,9 +341,9 @@ impl Call {
     /// or before the call reached it: it came as a resend), how long since the call first
     /// went out: the time since it arrived here plus what the sender counted.
     fn resent_within(&self, proposed_maybe: bool) -> Option<Duration> {
-        let before = self.request_id.resent_within;
+        let before = self.request_id.resent;
         (proposed_maybe || before.is_some())
-            .then(|| before.unwrap_or_default() + self.arrived.elapsed())
+            .then(|| before.map_or_else(|| self.arrived.elapsed(), |resent| resent.since_first()))
     }
 
     /// A blocking acquire (it may wait far longer than a commit).

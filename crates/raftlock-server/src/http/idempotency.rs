@@ -19,7 +19,7 @@
 //! [`FORWARDED_REQUEST_ID_HEADER`].
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -44,10 +44,33 @@ pub struct ClientRequestId {
     /// Minted by the node the client called ([`request_ids::node_minted`]); sent along on
     /// every forward, so every attempt of the call proposes under the same id.
     pub minted: Option<u128>,
-    /// On a peer's resend of the call (an earlier attempt may have been proposed): how long
-    /// since the call first went out ([`RESENT_WITHIN_HEADER`]). The call is then proposed
-    /// as [`Op::Resent`].
-    pub resent_within: Option<Duration>,
+    /// On a resend of the call (an earlier attempt may have been proposed): how long before
+    /// it the call first went out. The call is then proposed as [`Op::Resent`].
+    pub resent: Option<Resent>,
+}
+
+/// How long before a resend its call first went out ([`RESENT_WITHIN_HEADER`] from a peer),
+/// and when this node learnt it: the time since is added when the call is proposed, so the
+/// state machine's bound covers this node's own waiting too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resent {
+    pub within: Duration,
+    pub noted: Instant,
+}
+
+impl Resent {
+    /// A resend whose call first went out `within` before now.
+    pub fn now(within: Duration) -> Self {
+        Resent {
+            within,
+            noted: Instant::now(),
+        }
+    }
+
+    /// How long since the call first went out, as of now.
+    pub fn since_first(&self) -> Duration {
+        self.within + self.noted.elapsed()
+    }
 }
 
 impl ClientRequestId {
@@ -66,11 +89,11 @@ impl ClientRequestId {
             _ => self.minted,
         };
         let op = Box::new(op);
-        match (id, self.resent_within) {
+        match (id, self.resent) {
             (Some(request_id), None) => Op::Once { request_id, op },
-            (Some(request_id), Some(within)) => Op::Resent {
+            (Some(request_id), Some(resent)) => Op::Resent {
                 request_id,
-                within: Nanos::try_from(within.as_nanos()).unwrap_or(Nanos::MAX),
+                within: nanos(resent.since_first()),
                 op,
             },
             (None, _) => *op,
@@ -142,10 +165,10 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
         ClientRequestId {
             client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
             minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
-            resent_within: headers
+            resent: headers
                 .get(RESENT_WITHIN_HEADER)
                 .and_then(|v| v.to_str().ok()?.parse().ok())
-                .map(Duration::from_millis),
+                .map(|ms| Resent::now(Duration::from_millis(ms))),
         }
     } else {
         ClientRequestId {
@@ -153,9 +176,14 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
             // The thread's CSPRNG (seeded from the OS): `Uuid::new_v4` asks the kernel
             // (`getrandom`) each time — a system call for every write.
             minted: mints(method, path).then(|| request_ids::node_minted(rand::random::<u128>())),
-            resent_within: None,
+            resent: None,
         }
     }
+}
+
+/// `d` in the state machine's unit (saturating).
+pub fn nanos(d: Duration) -> Nanos {
+    Nanos::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
 /// Whether a call gets a node-minted id: every write of the lock APIs (reads come as POSTs
@@ -274,7 +302,7 @@ mod tests {
         let both = ClientRequestId {
             client: Some(client),
             minted: Some(minted),
-            resent_within: None,
+            resent: None,
         };
         assert_eq!(under(both.wrap(op())), Some(client));
         assert_eq!(under(both.wrap_if(false, op())), Some(minted));
@@ -284,7 +312,7 @@ mod tests {
         let client_only = ClientRequestId {
             client: Some(client),
             minted: None,
-            resent_within: None,
+            resent: None,
         };
         assert!(!client_only.covers(&Method::POST, "/locks/a/lease"));
         assert!(client_only.covers(&Method::DELETE, "/locks/a"));
@@ -330,11 +358,13 @@ mod tests {
         else {
             panic!("a resend is proposed as Op::Resent")
         };
-        assert_eq!((request_id, within), (minted, 1_500_000_000));
+        assert_eq!(request_id, minted);
+        // What the peer counted, plus this node's own time since it read the header.
+        assert!((1_500_000_000..1_600_000_000).contains(&within), "{within}");
 
         // A client cannot claim a resend: only a peer's forward is read for it.
         headers.remove(HOPS_HEADER);
         let from_client = ids_of(&Method::DELETE, "/locks/a", &headers);
-        assert_eq!(from_client.resent_within, None);
+        assert_eq!(from_client.resent, None);
     }
 }
