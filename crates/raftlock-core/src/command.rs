@@ -83,13 +83,13 @@ pub enum Op {
         shard: crate::shards::ShardId,
     },
     /// A node's resend of a call it may have proposed before as [`Op::Once`] under the same
-    /// `request_id` (after a lost answer or a leader change), the first attempt having gone
-    /// out at most `within` earlier on the resending node's clock. Applied once, as `Once`;
-    /// and when the id is no longer remembered but its table has forgotten ids applied since
-    /// that first attempt, refused ([`crate::request_ids::RequestIds::check_resend`]).
+    /// `request_id` (after a lost answer or a leader change), whose first attempt, if it was
+    /// applied at all, was applied at or after cluster time `after`. Applied once, as `Once`;
+    /// and when the id is not remembered but its table may have forgotten ids applied since
+    /// `after`, refused ([`crate::request_ids::RequestIds::check_resend`]).
     Resent {
         request_id: u128,
-        within: crate::Nanos,
+        after: crate::Nanos,
         op: Box<Op>,
     },
 }

@@ -244,9 +244,9 @@ impl StateMachine {
             Op::Once { request_id, op } => self.apply_once(*request_id, None, op, t),
             Op::Resent {
                 request_id,
-                within,
+                after,
                 op,
-            } => self.apply_once(*request_id, Some(*within), op, t),
+            } => self.apply_once(*request_id, Some(*after), op, t),
         }
     }
 
@@ -268,9 +268,9 @@ impl StateMachine {
     }
 
     /// Applies `op` unless `request_id` was applied within the window; a repeat gets the
-    /// first outcome and changes nothing. A node's resend (`resent`: how long before it the
-    /// call first went out) whose first attempt may have been applied and forgotten is
-    /// refused.
+    /// first outcome and changes nothing. A node's resend (`resent`: the cluster time its
+    /// first attempt was applied at or after, if at all) whose first attempt may have been
+    /// applied and forgotten is refused.
     fn apply_once(
         &mut self,
         request_id: u128,
@@ -285,7 +285,7 @@ impl StateMachine {
         let ids = &self.request_ids;
         let seen = match resent {
             None => ids.check(project, request_id, fingerprint, t)?,
-            Some(within) => ids.check_resend(project, request_id, fingerprint, t, within)?,
+            Some(after) => ids.check_resend(project, request_id, fingerprint, t, after)?,
         };
         if let Seen::Repeat(first) = seen {
             return first;

@@ -22,9 +22,9 @@
 //!
 //! Under a high write rate the caps forget ids within seconds (10,000 ids last 0.7 s at
 //! 15,000 writes a second), sooner than a node's resend of a call may arrive. So a node
-//! proposes its resends as such ([`crate::Op::Resent`], with how long ago the call first
-//! went out): a resend whose id is not in the table, of a table that may have forgotten an id
-//! applied since the call's first attempt could have been, is refused as
+//! proposes its resends as such ([`crate::Op::Resent`], with a cluster time its first attempt
+//! cannot have been applied before): a resend whose id is not in the table, of a table that
+//! may have forgotten an id applied since then, is refused as
 //! [`CoreError::OutcomeUnknown`] rather than applied a second time
 //! ([`RequestIds::check_resend`]). Whether it may have is read from the table as it is — a
 //! table at one of its caps forgot only ids older than its oldest — so the rule needs no state
@@ -49,13 +49,6 @@ pub const MAX_BYTES_PER_PROJECT: usize = 4 << 20;
 /// How long (state-machine time) an id a node minted is remembered: longer than any call's
 /// deadline (the commit timeout plus the longest wait), within which alone it is resent.
 pub const NODE_MINTED_REMEMBER_FOR: Nanos = 360 * SECOND;
-
-/// What a resend's `within` (how long before the resend the call first went out, on the
-/// resending node's monotonic clock) leaves out: a stamp may trail cluster time by
-/// [`crate::clock::MAX_LAG`], slew may add up to [`crate::clock::SLEW_WINDOW`], and the resend
-/// travels and queues before the leader stamps it. Generous, as it only widens what counts as
-/// "maybe forgotten": a busy table refuses a few more resends, and nothing is applied twice.
-pub const RESEND_MARGIN: Nanos = 5 * SECOND;
 
 /// More than any one remembered answer weighs ([`Remembered::bytes`]): answers are to requests
 /// of at most 64 KiB (the server's body limit) under the core's own field limits, a namespace's
@@ -217,28 +210,26 @@ impl RequestIds {
         }
     }
 
-    /// [`Self::check`] for a node's resend of a call whose first attempt went out at most
-    /// `within` before (and so was applied, if at all, no earlier than `t − within −`
-    /// [`RESEND_MARGIN`] in cluster time): an id not remembered is new only if its table can
-    /// have forgotten nothing applied since then — by a cap
-    /// ([`ProjectIds::may_have_forgotten_since`]), or by age when that time reaches back past
-    /// the id's window; otherwise the first attempt may have been applied and forgotten, and
-    /// the resend is refused with [`CoreError::OutcomeUnknown`].
+    /// [`Self::check`] for a node's resend of a call whose first attempt, if applied at all,
+    /// was applied at or after `after`: an id not remembered is new only if its table cannot
+    /// have forgotten an id applied since then — by a cap
+    /// ([`ProjectIds::may_have_forgotten_since`]), or by age, when `after` lies beyond the
+    /// id's window; otherwise the first attempt may have been applied and forgotten, and the
+    /// resend is refused with [`CoreError::OutcomeUnknown`].
     pub fn check_resend(
         &self,
         project: &str,
         id: u128,
         fingerprint: u32,
         t: Nanos,
-        within: Nanos,
+        after: Nanos,
     ) -> Result<Seen, CoreError> {
         if let Seen::Repeat(first) = self.check(project, id, fingerprint, t)? {
             return Ok(Seen::Repeat(first));
         }
-        let earliest = t.saturating_sub(within.saturating_add(RESEND_MARGIN));
-        let aged_out = earliest <= t.saturating_sub(window(id));
+        let aged_out = after <= t.saturating_sub(window(id));
         let table = self.projects.get(table_key(project, id).as_ref());
-        let trimmed = table.is_some_and(|p| p.may_have_forgotten_since(earliest));
+        let trimmed = table.is_some_and(|p| p.may_have_forgotten_since(after));
         if aged_out || trimmed {
             return Err(CoreError::OutcomeUnknown);
         }
@@ -363,47 +354,49 @@ mod tests {
     fn a_resend_is_refused_once_its_table_forgot_an_id_applied_since_it_first_went_out() {
         let mut ids = RequestIds::default();
         let first = node_minted(1);
+        // The resend's first attempt was applied, if at all, at or after `after`.
+        let after = 99 * SECOND;
         let t1 = 100 * SECOND;
         ids.remember(P, first, 7, &done(), t1);
-        let within = 2 * SECOND;
-        let resend_at = t1 + within;
+        let resend_at = t1 + 2 * SECOND;
         // Remembered: the first outcome, however busy the project.
         assert!(matches!(
-            ids.check_resend(P, first, 7, resend_at, within),
+            ids.check_resend(P, first, 7, resend_at, after),
             Ok(Seen::Repeat(_))
         ));
         // Never applied, nothing forgotten: new.
         let unseen = node_minted(2);
         assert_eq!(
-            ids.check_resend(P, unseen, 7, resend_at, within).unwrap(),
+            ids.check_resend(P, unseen, 7, resend_at, after).unwrap(),
             Seen::New
         );
-        // A flood in the same second pushes the first id out by the count cap.
+        // A flood a second later pushes the first id out by the count cap.
         for n in 0..MAX_PER_PROJECT as u128 {
             ids.remember(P, node_minted(1000 + n), 0, &done(), t1 + SECOND);
         }
         assert_eq!(ids.check(P, first, 7, resend_at).unwrap(), Seen::New);
         assert_eq!(
-            ids.check_resend(P, first, 7, resend_at, within),
+            ids.check_resend(P, first, 7, resend_at, after),
             Err(CoreError::OutcomeUnknown),
             "applied and forgotten: refused, not applied again"
         );
         assert_eq!(
-            ids.check_resend(P, unseen, 7, resend_at, within),
+            ids.check_resend(P, unseen, 7, resend_at, after),
             Err(CoreError::OutcomeUnknown),
             "from the table alone this cannot be told from the forgotten one"
         );
-        // A resend whose first attempt went out after the table's oldest id was applied (plus
-        // the margin) is judged by the table alone: what the cap forgot is older.
-        let later = t1 + within + RESEND_MARGIN + 2 * SECOND;
+        // A resend whose first attempt came after the table's oldest id was applied is judged
+        // by the table alone: what the cap forgot is older.
+        let after_oldest = t1 + SECOND + 1;
         assert_eq!(
-            ids.check_resend(P, unseen, 7, later, within).unwrap(),
+            ids.check_resend(P, unseen, 7, resend_at, after_oldest)
+                .unwrap(),
             Seen::New
         );
         // Client ids keep a table of their own: the minted flood forgot none of them.
         ids.remember(P, 5, 7, &done(), t1);
         assert_eq!(
-            ids.check_resend(P, 6, 7, resend_at, within).unwrap(),
+            ids.check_resend(P, 6, 7, resend_at, after).unwrap(),
             Seen::New
         );
     }
@@ -415,9 +408,9 @@ mod tests {
         let t = 100 * SECOND;
         let first = node_minted(0);
         ids.remember(P, first, 0, &big, t);
-        let within = 2 * SECOND;
+        let (after, resend_at) = (t - SECOND, t + SECOND);
         assert_eq!(
-            ids.check_resend(P, node_minted(1_000), 0, t + within, within)
+            ids.check_resend(P, node_minted(1_000), 0, resend_at, after)
                 .unwrap(),
             Seen::New
         );
@@ -426,30 +419,32 @@ mod tests {
             ids.remember(P, node_minted(n), 0, &big, t);
         }
         assert!(ids.len() < 100);
-        assert_eq!(ids.check(P, first, 0, t + within).unwrap(), Seen::New);
+        assert_eq!(ids.check(P, first, 0, resend_at).unwrap(), Seen::New);
         assert_eq!(
-            ids.check_resend(P, first, 0, t + within, within),
+            ids.check_resend(P, first, 0, resend_at, after),
             Err(CoreError::OutcomeUnknown)
         );
     }
 
     #[test]
-    fn a_resend_whose_own_id_outlived_its_window_is_refused() {
+    fn a_resend_whose_first_attempt_may_have_aged_out_is_refused() {
         let mut ids = RequestIds::default();
         let id = node_minted(1);
         ids.remember(P, id, 7, &done(), 0);
         let t = NODE_MINTED_REMEMBER_FOR;
         assert_eq!(ids.check(P, id, 7, t).unwrap(), Seen::New);
         assert_eq!(
-            ids.check_resend(P, id, 7, t, NODE_MINTED_REMEMBER_FOR),
+            ids.check_resend(P, id, 7, t, 0),
             Err(CoreError::OutcomeUnknown)
         );
-        // Forgotten by age on the next remember: the table still knows it forgot it.
+        // Forgotten by age on the next remember: still refused.
         ids.remember(P, node_minted(2), 0, &done(), t);
         assert_eq!(
-            ids.check_resend(P, id, 7, t, NODE_MINTED_REMEMBER_FOR),
+            ids.check_resend(P, id, 7, t, 0),
             Err(CoreError::OutcomeUnknown)
         );
+        // A first attempt no older than the window is judged by the table.
+        assert_eq!(ids.check_resend(P, id, 7, t, 1).unwrap(), Seen::New);
     }
 
     #[test]

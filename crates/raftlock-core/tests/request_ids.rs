@@ -189,9 +189,10 @@ fn a_resend_after_its_id_was_forgotten_is_refused_and_changes_nothing() {
     });
     assert!(outs.iter().all(Result::is_ok));
 
+    // Its first attempt went out when the machine had applied up to T0.
     let resend = Op::Resent {
         request_id: minted,
-        within: 2 * SECOND,
+        after: T0,
         op: Box::new(force.clone()),
     };
     let mut as_first_attempt = m.clone();
@@ -223,7 +224,7 @@ fn a_resend_in_a_quiet_project_is_applied_once() {
     };
     let resend = |id| Op::Resent {
         request_id: id,
-        within: 2 * SECOND,
+        after: T0,
         op: Box::new(lock("job", acquire.clone())),
     };
     let first = apply(&mut m, T0 + SECOND, resend(node_minted(1)));

@@ -240,6 +240,12 @@ impl Group {
         self.state.read().expect("state lock poisoned").clone()
     }
 
+    /// The cluster time this replica has applied up to: no entry appended from now on is
+    /// applied at an earlier time (see `http::idempotency::FirstSent`).
+    pub fn applied_time(&self) -> Nanos {
+        crate::clock::applied_time(&self.state)
+    }
+
     /// Reads the locally applied state without any leadership check (auth lookups on the
     /// leader, metrics). Never use this to answer an ownership question.
     pub fn read_local<T>(&self, read: impl FnOnce(&StateMachine, Nanos) -> T) -> T {

@@ -21,10 +21,13 @@ pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
 /// the client's own id does not cover is proposed (`http::idempotency`).
 pub const NODE_REQUEST_ID_HEADER: &str = "x-raftlock-node-request-id";
 /// On a forwarded request that may have been proposed before (an earlier attempt's answer was
-/// lost, or its leader changed): milliseconds since the call first went out, as the sending
-/// node measured on its monotonic clock. The leader proposes such a call as
+/// lost, or its leader changed): the cluster time of the call's group at or after which its
+/// first attempt can have been applied (nanoseconds). The leader proposes such a call as
 /// [`raftlock_core::Op::Resent`], so an attempt whose id the state forgot is refused rather
-/// than applied twice (`raftlock_core::request_ids`).
+/// than applied twice (`raftlock_core::request_ids`; `http::idempotency::FirstSent`).
+pub const RESENT_AFTER_HEADER: &str = "x-raftlock-resent-after-ns";
+/// The same from a node that hosts no replica of the group, in real time: the first attempt
+/// went out at most this many milliseconds before the leader receives the resend.
 pub const RESENT_WITHIN_HEADER: &str = "x-raftlock-resent-within-ms";
 /// On a 503 to a forwarded request: the answer is final although the write's fate is unknown
 /// (a resend refused as `OutcomeUnknown`), so the forwarding peer relays it instead of

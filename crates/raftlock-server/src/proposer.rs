@@ -200,17 +200,6 @@ impl Proposer {
     }
 }
 
-/// `op` as proposed after waiting here since `queued`: a resend's bound on how long ago its
-/// call first went out grows by that wait, which it spent before the stamp it gets
-/// (`raftlock_core::request_ids::RequestIds::check_resend`).
-fn with_queue_time(mut op: Op, queued: Instant) -> Op {
-    if let Op::Resent { within, .. } = &mut op {
-        let waited = crate::http::idempotency::nanos(queued.elapsed());
-        *within = within.saturating_add(waited);
-    }
-    op
-}
-
 async fn run(
     raft: Raft,
     mut rx: mpsc::Receiver<Queued>,
@@ -237,10 +226,8 @@ async fn run(
         let stamp = stamper();
         metrics::histogram!("raftlock_proposal_batch_ops").record(batch.len() as f64);
         tokio::spawn(async move {
-            let (ops, replies): (Vec<Op>, Vec<Reply>) = batch
-                .into_iter()
-                .map(|(op, reply, queued)| (with_queue_time(op, queued), reply))
-                .unzip();
+            let (ops, replies): (Vec<Op>, Vec<Reply>) =
+                batch.into_iter().map(|(op, reply, _)| (op, reply)).unzip();
             let cmd = Command { stamp, ops };
             let started = std::time::Instant::now();
             let result = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
@@ -338,23 +325,6 @@ mod tests {
     fn queued() -> Queued {
         (Op::Tick, oneshot::channel().0, Instant::now())
     }
-
-    #[test]
-    fn a_resend_counts_its_wait_in_the_queue() {
-        let resend = Op::Resent {
-            request_id: 7,
-            within: SECOND_NS,
-            op: Box::new(Op::Tick),
-        };
-        let queued = Instant::now() - Duration::from_millis(50);
-        let Op::Resent { within, .. } = with_queue_time(resend, queued) else {
-            panic!("still a resend")
-        };
-        assert!(within >= SECOND_NS + 50_000_000, "{within}");
-        assert_eq!(with_queue_time(Op::Tick, queued), Op::Tick);
-    }
-
-    const SECOND_NS: raftlock_core::Nanos = 1_000_000_000;
 
     /// A landing on a node with CPU to spare: nothing lingers.
     fn never() -> Landing {

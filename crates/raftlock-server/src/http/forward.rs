@@ -21,14 +21,14 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed, Settled};
-use super::idempotency::{ClientRequestId, Resent};
+use super::idempotency::{ClientRequestId, FirstSent};
 use super::wait::WaitContext;
 use crate::group::Group;
 use crate::node::{Node, SharedNode};
 
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
-    RESENT_WITHIN_HEADER, SETTLED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
+    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER, SETTLED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
 };
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
@@ -153,7 +153,7 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         Ok(body) => body,
         Err(e) => return e.into_response(),
     };
-    let call = Call::new(&node, &parts, body, hops, arrived, dialect);
+    let call = Call::new(&node, &parts, body, (hops, arrived), &target, dialect);
     parts.extensions.insert(call.wait.clone());
     let mut resp = route(&node, &call, &target, leader, parts, next).await;
     if hops > 0 && resp.extensions().get::<NotProposed>().is_some() {
@@ -189,10 +189,11 @@ async fn route(
             let Some((mut parts, next)) = local.take() else {
                 return ApiError::unavailable(call.dialect, "the leader changed").into_response();
             };
-            // After a forward that may have been proposed, this node leads: propose a resend.
-            if let Some(within) = call.resent_within(proposed_maybe) {
+            // A resend decided here (after a forward that may have been proposed, this node
+            // leads; or it came as one): proposed with the bound in this group's time.
+            if let Some(first) = call.resent(proposed_maybe) {
                 let mut ids = call.request_id;
-                ids.resent = Some(Resent::now(within));
+                ids.resent = Some(first);
                 parts.extensions.insert(ids);
             }
             let resp = next
@@ -211,7 +212,7 @@ async fn route(
                     .into_response();
             }
             remote_attempts -= 1;
-            let resent = call.resent_within(proposed_maybe);
+            let resent = call.resent(proposed_maybe);
             match attempt(node, call, target, &addr, resent).await {
                 Ok(resp) => return resp,
                 Err(failed) => {
@@ -253,7 +254,7 @@ async fn attempt(
     call: &Call,
     target: &Route,
     addr: &str,
-    resent: Option<Duration>,
+    resent: Option<FirstSent>,
 ) -> Result<Response, Unanswered> {
     // A leader that is cut off but alive may hold the call until the deadline; as soon as
     // this node learns of another leader, a repeatable call goes on there.
@@ -325,9 +326,9 @@ struct Call {
     wait: WaitContext,
     /// The one deadline of the whole call.
     deadline: Instant,
-    /// When the call reached this node: a resend tells the leader how long ago it first
-    /// went out ([`Call::resent_within`]).
-    arrived: Instant,
+    /// What a resend of this call tells the leader of its first attempt ([`Call::resent`]),
+    /// fixed before any attempt from here.
+    first_sent: FirstSent,
     /// Safe to send again when an attempt's fate is unknown.
     repeatable: bool,
     /// The call's request id (the client's own, or minted here), sent along on every
@@ -338,12 +339,44 @@ struct Call {
 
 impl Call {
     /// For an attempt after one that may have been proposed (by this node, `proposed_maybe`,
-    /// or before the call reached it: it came as a resend), how long since the call first
-    /// went out: the time since it arrived here plus what the sender counted.
-    fn resent_within(&self, proposed_maybe: bool) -> Option<Duration> {
-        let before = self.request_id.resent;
-        (proposed_maybe || before.is_some())
-            .then(|| before.map_or_else(|| self.arrived.elapsed(), |resent| resent.since_first()))
+    /// or before the call reached it: it came as a resend), what bounds when that first
+    /// attempt can have been applied.
+    fn resent(&self, proposed_maybe: bool) -> Option<FirstSent> {
+        (proposed_maybe || self.request_id.resent.is_some()).then_some(self.first_sent)
+    }
+
+    /// [`Call::first_sent`] for a call that reached this node at `arrived`, bound for
+    /// `target` by `deadline`: read before any attempt goes out from here.
+    fn first_sent(
+        came_as: Option<FirstSent>,
+        target: &Route,
+        arrived: Instant,
+        deadline: Instant,
+    ) -> FirstSent {
+        match (came_as, target) {
+            (Some(FirstSent::After(after)), _) => FirstSent::After(after),
+            // The first attempts went out before this node saw the call, so its own applied
+            // time bounds nothing: the real-time bound is turned into this group's time.
+            (Some(first @ FirstSent::Within { .. }), Route::Hosted(group)) => {
+                FirstSent::After(first.after(group.applied_time()))
+            }
+            // No attempt from here can have been applied before what this replica has
+            // applied now (see `FirstSent::After`).
+            (None, Route::Hosted(group)) => FirstSent::After(group.applied_time()),
+            // Without a replica: an attempt from here reaches the leader before this node's
+            // deadline or not at all, so the leader receives a resend at most that long
+            // after the first attempt (plus what came before this node) went out.
+            (came_as, Route::Remote { .. }) => {
+                let before = match came_as {
+                    Some(FirstSent::Within { within, .. }) => within,
+                    _ => Duration::ZERO,
+                };
+                FirstSent::Within {
+                    within: before + deadline.saturating_duration_since(arrived),
+                    noted: std::time::Instant::now(),
+                }
+            }
+        }
     }
 
     /// A blocking acquire (it may wait far longer than a commit).
@@ -355,8 +388,8 @@ impl Call {
         node: &SharedNode,
         parts: &Parts,
         body: Bytes,
-        arrived_hops: u32,
-        arrived: Instant,
+        (arrived_hops, arrived): (u32, Instant),
+        target: &Route,
         dialect: Dialect,
     ) -> Call {
         let path = parts.uri.path();
@@ -365,6 +398,7 @@ impl Call {
         // A write under one of the call's ids is applied once, so a repeat answers as the
         // first.
         let once = request_id.covers(&parts.method, path);
+        let deadline = arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout;
         Call {
             method: parts.method.clone(),
             path: parts
@@ -377,8 +411,8 @@ impl Call {
             body,
             hops: arrived_hops + 1,
             wait: WaitContext::for_request(parts, wait_secs, arrived_hops, arrived),
-            deadline: arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout,
-            arrived,
+            deadline,
+            first_sent: Call::first_sent(request_id.resent, target, arrived, deadline),
             repeatable: once || repeatable(&parts.method, path),
             request_id,
             dialect,
@@ -435,12 +469,13 @@ struct Failed {
 }
 
 /// Sends `call` to the leader at `addr`; `resent`, when an earlier attempt may have been
-/// proposed: how long since the call first went out ([`RESENT_WITHIN_HEADER`]).
+/// proposed: what bounds when that can have been applied ([`RESENT_AFTER_HEADER`], or from
+/// a node without the group [`RESENT_WITHIN_HEADER`]).
 async fn send(
     node: &SharedNode,
     call: &Call,
     addr: &str,
-    resent: Option<Duration>,
+    resent: Option<FirstSent>,
 ) -> Result<Response, Failed> {
     let d = call.dialect;
     let url = node.peer_url(addr, &call.path);
@@ -476,10 +511,16 @@ async fn send(
             uuid::Uuid::from_u128(id).to_string(),
         );
     }
-    if let Some(within) = resent {
-        // Rounded up: the leader's state machine takes it as a bound.
-        let ms = within.as_nanos().div_ceil(1_000_000);
-        req = req.header(RESENT_WITHIN_HEADER, ms.to_string());
+    match resent {
+        Some(FirstSent::After(after)) => {
+            req = req.header(RESENT_AFTER_HEADER, after.to_string());
+        }
+        Some(FirstSent::Within { within, .. }) => {
+            // Rounded up: the leader takes it as a bound.
+            let ms = within.as_nanos().div_ceil(1_000_000);
+            req = req.header(RESENT_WITHIN_HEADER, ms.to_string());
+        }
+        None => {}
     }
     req = req.header(HOPS_HEADER, call.hops.to_string());
     let started = Instant::now();
@@ -565,6 +606,7 @@ fn is_internal(name: &str) -> bool {
         || name == FORWARDED_REQUEST_ID_HEADER
         || name == NODE_REQUEST_ID_HEADER
         || name == RESENT_WITHIN_HEADER
+        || name == RESENT_AFTER_HEADER
         || name == SETTLED_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER

@@ -32,7 +32,7 @@ use raftlock_core::{request_ids, Nanos, Op};
 use super::errors::{ApiError, Dialect};
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
-    RESENT_WITHIN_HEADER,
+    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER,
 };
 
 /// The request ids of a call: the client's own (a UUID it sent, reused on its retries), and
@@ -44,32 +44,47 @@ pub struct ClientRequestId {
     /// Minted by the node the client called ([`request_ids::node_minted`]); sent along on
     /// every forward, so every attempt of the call proposes under the same id.
     pub minted: Option<u128>,
-    /// On a resend of the call (an earlier attempt may have been proposed): how long before
-    /// it the call first went out. The call is then proposed as [`Op::Resent`].
-    pub resent: Option<Resent>,
+    /// On a resend of the call (an earlier attempt may have been proposed): what bounds
+    /// when its first attempt can have been applied. The call is then proposed as
+    /// [`Op::Resent`].
+    pub resent: Option<FirstSent>,
 }
 
-/// How long before a resend its call first went out ([`RESENT_WITHIN_HEADER`] from a peer),
-/// and when this node learnt it: the time since is added when the call is proposed, so the
-/// state machine's bound covers this node's own waiting too.
+/// What a resend knows of its call's first attempt: the earliest cluster time of the call's
+/// group at which it can have been applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resent {
-    pub within: Duration,
-    pub noted: Instant,
+pub enum FirstSent {
+    /// At or after this time ([`RESENT_AFTER_HEADER`]): the group's applied time on a node
+    /// hosting it, read before the first attempt went out. Any copy of the call that
+    /// commits is appended after every entry that node had applied, so it is applied at
+    /// that time or later — a bound from the log's order, no clock in it.
+    After(Nanos),
+    /// A node that hosts no replica of the group called it: the first attempt went out at
+    /// most `within` before this node received the resend at `noted` ([`RESENT_WITHIN_HEADER`]).
+    /// The first node on the way that hosts the group turns it into [`FirstSent::After`]
+    /// ([`FirstSent::after`]).
+    Within { within: Duration, noted: Instant },
 }
 
-impl Resent {
-    /// A resend whose call first went out `within` before now.
-    pub fn now(within: Duration) -> Self {
-        Resent {
-            within,
-            noted: Instant::now(),
-        }
-    }
+/// What a bound in real time ([`FirstSent::Within`]) leaves out when it is turned into
+/// cluster time: a stamp may trail its leader's line by `MAX_LAG` (0.5 s), slew may add up
+/// to 0.5 s a term, and a new leader's line starts from its last applied time, which may
+/// lag. Generous: it only widens what counts as "maybe forgotten".
+pub const CLOCK_SLACK: Duration = Duration::from_secs(10);
 
-    /// How long since the call first went out, as of now.
-    pub fn since_first(&self) -> Duration {
-        self.within + self.noted.elapsed()
+impl FirstSent {
+    /// As a cluster time of the group, given its locally applied time now (a replica of the
+    /// group is here): cluster time gains no more than real time (`raftlock_core::clock`),
+    /// so a first attempt that went out `within` before, if applied, was applied no earlier
+    /// than that much, and [`CLOCK_SLACK`], before now.
+    pub fn after(self, applied_now: Nanos) -> Nanos {
+        match self {
+            FirstSent::After(after) => after,
+            FirstSent::Within { within, noted } => {
+                let since = nanos(within + noted.elapsed() + CLOCK_SLACK);
+                applied_now.saturating_sub(since)
+            }
+        }
     }
 }
 
@@ -91,9 +106,13 @@ impl ClientRequestId {
         let op = Box::new(op);
         match (id, self.resent) {
             (Some(request_id), None) => Op::Once { request_id, op },
-            (Some(request_id), Some(resent)) => Op::Resent {
+            // The forwarding layer turns a bound in real time into one in cluster time before
+            // the call is decided here (`forward::Call::first_sent`); were one left, the
+            // earliest time there is refuses the resend unless its id is remembered: never a
+            // second apply.
+            (Some(request_id), Some(first)) => Op::Resent {
                 request_id,
-                within: nanos(resent.since_first()),
+                after: first.after(Nanos::MIN),
                 op,
             },
             (None, _) => *op,
@@ -165,10 +184,7 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
         ClientRequestId {
             client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
             minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
-            resent: headers
-                .get(RESENT_WITHIN_HEADER)
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .map(|ms| Resent::now(Duration::from_millis(ms))),
+            resent: first_sent(headers),
         }
     } else {
         ClientRequestId {
@@ -179,6 +195,20 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
             resent: None,
         }
     }
+}
+
+/// A peer's resend bound ([`RESENT_AFTER_HEADER`] or [`RESENT_WITHIN_HEADER`]).
+fn first_sent(headers: &HeaderMap) -> Option<FirstSent> {
+    let number = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
+    if let Some(after) = number(RESENT_AFTER_HEADER) {
+        return Some(FirstSent::After(
+            Nanos::try_from(after).unwrap_or(Nanos::MAX),
+        ));
+    }
+    number(RESENT_WITHIN_HEADER).map(|ms| FirstSent::Within {
+        within: Duration::from_millis(ms),
+        noted: Instant::now(),
+    })
 }
 
 /// `d` in the state machine's unit (saturating).
@@ -351,16 +381,27 @@ mod tests {
         assert!(matches!(first.wrap(op()), Op::Once { request_id, .. } if request_id == minted));
 
         headers.insert(RESENT_WITHIN_HEADER, "1500".parse().unwrap());
+        let within = ids_of(&Method::DELETE, "/locks/a", &headers);
+        let Some(first) = within.resent else {
+            panic!("a resend")
+        };
+        // Turned into cluster time where the group's applied time is known: 1.5 s and the
+        // slack before it, and what passed here since.
+        let applied: Nanos = 100_000_000_000;
+        let after = first.after(applied);
+        let slack = nanos(Duration::from_millis(1500) + CLOCK_SLACK);
+        assert!((applied - slack - 100_000_000..=applied - slack).contains(&after));
+
+        headers.insert(RESENT_AFTER_HEADER, "42000".parse().unwrap());
         let resent = ids_of(&Method::DELETE, "/locks/a", &headers);
+        assert_eq!(resent.resent, Some(FirstSent::After(42_000)));
         let Op::Resent {
-            request_id, within, ..
+            request_id, after, ..
         } = resent.wrap(op())
         else {
             panic!("a resend is proposed as Op::Resent")
         };
-        assert_eq!(request_id, minted);
-        // What the peer counted, plus this node's own time since it read the header.
-        assert!((1_500_000_000..1_600_000_000).contains(&within), "{within}");
+        assert_eq!((request_id, after), (minted, 42_000));
 
         // A client cannot claim a resend: only a peer's forward is read for it.
         headers.remove(HOPS_HEADER);
