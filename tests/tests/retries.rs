@@ -285,6 +285,12 @@ async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_
             .contains("outcome of this write is unknown"),
         "answered by a resend after the flood, refused: {answer:?}"
     );
+    // Marked so a client (the Rust SDK) does not retry it.
+    let marked = answer
+        .headers
+        .get(raftlock_client::OUTCOME_UNKNOWN_HEADER)
+        .map(|v| v.as_bytes());
+    assert_eq!(marked, Some(&b"true"[..]), "{answer:?}");
     let read = at_leader.read("job").await?;
     assert_eq!(
         read.body["held"], true,

@@ -87,4 +87,4 @@ pub use semaphores::{
     UpdateSemaphoreRequest,
 };
 pub use tokio_util::sync::CancellationToken;
-pub use transport::{Client, ClientBuilder};
+pub use transport::{Client, ClientBuilder, OUTCOME_UNKNOWN_HEADER};

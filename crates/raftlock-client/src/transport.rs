@@ -11,6 +11,9 @@
 //!   release, hierarchical creates, updates, deletes, revokes, releases — a repeat within the server's
 //!   window gets the first outcome). Calls marked [`Retry::Once`] are retried once.
 //! * Every attempt of one logical call carries the same `X-Volcano-Request-Id`.
+//! * A `503` with [`OUTCOME_UNKNOWN_HEADER`] is returned at once, never retried: the cluster
+//!   refused a resend of the write because it could no longer tell whether the first attempt
+//!   was applied, and a retry might apply it twice.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::error::{ApiError, Error, Result};
 
-pub use raftlock_api::headers::{LOCK_TOKEN_HEADER, REQUEST_ID_HEADER};
+pub use raftlock_api::headers::{LOCK_TOKEN_HEADER, OUTCOME_UNKNOWN_HEADER, REQUEST_ID_HEADER};
 
 /// A handle on a raftlock cluster: several endpoints and one credential.
 ///
@@ -392,11 +395,7 @@ impl Client {
             });
         }
         let e = Error::Api(api_error(endpoint, status, &headers, &body));
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            Err(Failure::Uncertain(e))
-        } else {
-            Err(Failure::Final(e))
-        }
+        Err(failure_of(status, &headers, e))
     }
 
     /// A plain GET on one endpoint, without credential handling of the body: status and text.
@@ -463,9 +462,34 @@ fn api_error(endpoint: &str, status: StatusCode, headers: &HeaderMap, body: &[u8
     }
 }
 
+/// How an error answer counts for failover: a `503` is uncertain (the call may go on), except
+/// one the cluster marks as beyond its knowing ([`OUTCOME_UNKNOWN_HEADER`]): a retry under
+/// the same request id could apply the write twice, so the caller gets it now.
+fn failure_of(status: StatusCode, headers: &HeaderMap, e: Error) -> Failure {
+    let unknowable = headers.contains_key(OUTCOME_UNKNOWN_HEADER);
+    if status == StatusCode::SERVICE_UNAVAILABLE && !unknowable {
+        Failure::Uncertain(e)
+    } else {
+        Failure::Final(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_503_whose_outcome_the_cluster_cannot_tell_is_final() {
+        let e = || Error::Config("x".into());
+        let plain = failure_of(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new(), e());
+        assert!(matches!(plain, Failure::Uncertain(_)));
+        let mut h = HeaderMap::new();
+        h.insert(OUTCOME_UNKNOWN_HEADER, HeaderValue::from_static("true"));
+        let unknown = failure_of(StatusCode::SERVICE_UNAVAILABLE, &h, e());
+        assert!(matches!(unknown, Failure::Final(_)));
+        let refused = failure_of(StatusCode::CONFLICT, &HeaderMap::new(), e());
+        assert!(matches!(refused, Failure::Final(_)));
+    }
 
     #[test]
     fn endpoints_are_normalized_and_split() {

@@ -29,10 +29,6 @@ pub const RESENT_AFTER_HEADER: &str = "x-raftlock-resent-after-ns";
 /// The same from a node that hosts no replica of the group, in real time: the first attempt
 /// went out at most this many milliseconds before the leader receives the resend.
 pub const RESENT_WITHIN_HEADER: &str = "x-raftlock-resent-within-ms";
-/// On a 503 to a forwarded request: the answer is final although the write's fate is unknown
-/// (a resend refused as `OutcomeUnknown`), so the forwarding peer relays it instead of
-/// sending the call again.
-pub const SETTLED_HEADER: &str = "x-raftlock-settled";
 /// Node-to-node authentication and identity, defined with the Raft network.
 pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};
 

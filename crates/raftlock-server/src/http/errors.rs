@@ -232,6 +232,12 @@ impl IntoResponse for ApiError {
         }
         if self.settled {
             resp.extensions_mut().insert(Settled);
+            // For the client (the Rust SDK does not retry it) and for a forwarding peer (it
+            // relays the answer rather than resend).
+            resp.headers_mut().insert(
+                raftlock_api::headers::OUTCOME_UNKNOWN_HEADER,
+                HeaderValue::from_static("true"),
+            );
         }
         if self.close {
             resp.headers_mut()

@@ -28,8 +28,9 @@ use crate::node::{Node, SharedNode};
 
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
-    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER, SETTLED_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
+    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
 };
+use raftlock_api::headers::OUTCOME_UNKNOWN_HEADER;
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// After a failed attempt, how long to wait for news of a leader before trying again.
@@ -160,10 +161,6 @@ pub async fn to_leader(State(node): State<SharedNode>, req: Request, next: Next)
         // Tell the forwarding peer it may send this request on to the new leader.
         resp.headers_mut()
             .insert(NOT_PROPOSED_HEADER, HeaderValue::from_static("1"));
-    }
-    if hops > 0 && resp.extensions().get::<Settled>().is_some() {
-        resp.headers_mut()
-            .insert(SETTLED_HEADER, HeaderValue::from_static("1"));
     }
     resp
 }
@@ -568,7 +565,7 @@ async fn send(
             error: ApiError::unavailable(d, format!("leader link answered {status}")),
         });
     }
-    let settled = headers.remove(SETTLED_HEADER).is_some();
+    let settled = headers.contains_key(OUTCOME_UNKNOWN_HEADER);
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
     if settled {
@@ -607,7 +604,6 @@ fn is_internal(name: &str) -> bool {
         || name == NODE_REQUEST_ID_HEADER
         || name == RESENT_WITHIN_HEADER
         || name == RESENT_AFTER_HEADER
-        || name == SETTLED_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER

@@ -380,6 +380,21 @@ impl Op {
                     .build();
                 response = response.header("Retry-After", retry_after);
             }
+            if status == 503 {
+                let unknown = HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .enum_values(Some(["true"])),
+                    )
+                    .description(Some(
+                        "Present on a write whose first attempt may or may not have been applied \
+                         and that the cluster can no longer tell apart (a resend of it was \
+                         refused): a retry under the same request id could apply it twice.",
+                    ))
+                    .build();
+                response = response.header(raftlock_api::headers::OUTCOME_UNKNOWN_HEADER, unknown);
+            }
             self.responses = self
                 .responses
                 .response(status.to_string(), response.build());
@@ -528,7 +543,11 @@ fn error_description(dialect: Dialect, status: u16) -> String {
         409 => "Refused by the current state; nothing changed.",
         413 => "The body exceeds 64 KiB.",
         429 => "Rate limit or quota; see Retry-After.",
-        503 => "No quorum or no leader within the commit timeout; nothing was decided. Retry.",
+        503 => {
+            "No quorum or no leader within the commit timeout: retry. With \
+                `x-raftlock-outcome-unknown: true`, a write the cluster can no longer tell was \
+                applied or not: read before acting again."
+        }
         _ => "Error.",
     };
     let codes: Vec<String> = codes.iter().map(|c| format!("`{c}`")).collect();
