@@ -291,6 +291,7 @@ async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_
         .get(raftlock_client::OUTCOME_UNKNOWN_HEADER)
         .map(|v| v.as_bytes());
     assert_eq!(marked, Some(&b"true"[..]), "{answer:?}");
+    assert!(answer.headers.get("retry-after").is_none(), "{answer:?}");
     let read = at_leader.read("job").await?;
     assert_eq!(
         read.body["held"], true,

@@ -20,6 +20,9 @@ pub struct ApiError {
     pub request_id: Option<String>,
     /// The endpoint that answered.
     pub endpoint: String,
+    /// A `503` marked `x-raftlock-outcome-unknown`: the write may or may not have been
+    /// applied, and the cluster can no longer tell (see [`Error::is_outcome_unknown`]).
+    pub outcome_unknown: bool,
 }
 
 impl std::fmt::Display for ApiError {
@@ -85,9 +88,19 @@ impl Error {
         }
     }
 
-    /// True for failures worth retrying elsewhere or later: no answer, or `503`.
+    /// True for failures worth retrying elsewhere or later: no answer, or `503` — not one
+    /// whose outcome the cluster cannot tell ([`Error::is_outcome_unknown`]).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Transport { .. }) || self.status() == Some(503)
+        let unavailable = matches!(self, Error::Transport { .. }) || self.status() == Some(503);
+        unavailable && !self.is_outcome_unknown()
+    }
+
+    /// True for a write the cluster refused to resend because it could no longer tell whether
+    /// its first attempt was applied (a busy project had forgotten the request id that would
+    /// tell): it may or may not have taken effect. Retrying under the same request id could
+    /// apply it twice; read the state before acting again. Never retried by this client.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::Api(e) if e.outcome_unknown)
     }
 
     /// True for a `404 not_found` (unknown namespace, expired lease, unknown project).

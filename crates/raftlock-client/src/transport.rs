@@ -459,6 +459,7 @@ fn api_error(endpoint: &str, status: StatusCode, headers: &HeaderMap, body: &[u8
         retry_after,
         request_id,
         endpoint: endpoint.to_string(),
+        outcome_unknown: headers.contains_key(OUTCOME_UNKNOWN_HEADER),
     }
 }
 
@@ -489,6 +490,9 @@ mod tests {
         assert!(matches!(unknown, Failure::Final(_)));
         let refused = failure_of(StatusCode::CONFLICT, &HeaderMap::new(), e());
         assert!(matches!(refused, Failure::Final(_)));
+        let decoded = api_error("e", StatusCode::SERVICE_UNAVAILABLE, &h, b"{}");
+        let as_error = Error::Api(decoded);
+        assert!(as_error.is_outcome_unknown() && !as_error.is_unavailable());
     }
 
     #[test]

@@ -20,15 +20,17 @@ pub const FORWARDED_REQUEST_ID_HEADER: &str = "x-raftlock-client-request-id";
 /// On a forwarded request: the id the first node minted for the call, under which every write
 /// the client's own id does not cover is proposed (`http::idempotency`).
 pub const NODE_REQUEST_ID_HEADER: &str = "x-raftlock-node-request-id";
-/// On a forwarded request that may have been proposed before (an earlier attempt's answer was
-/// lost, or its leader changed): the cluster time of the call's group at or after which its
-/// first attempt can have been applied (nanoseconds). The leader proposes such a call as
-/// [`raftlock_core::Op::Resent`], so an attempt whose id the state forgot is refused rather
-/// than applied twice (`raftlock_core::request_ids`; `http::idempotency::FirstSent`).
-pub const RESENT_AFTER_HEADER: &str = "x-raftlock-resent-after-ns";
-/// The same from a node that hosts no replica of the group, in real time: the first attempt
-/// went out at most this many milliseconds before the leader receives the resend.
-pub const RESENT_WITHIN_HEADER: &str = "x-raftlock-resent-within-ms";
+/// On a forward of a call with a request id: `group:nanoseconds`, the applied time of the
+/// group's replica on the node the client called, before any attempt left it
+/// (`http::resend`).
+pub const FIRST_AFTER_HEADER: &str = "x-raftlock-first-after";
+/// On a forward of a call with a request id: milliseconds before the receiver got it that the
+/// call's first attempt can have gone out (`http::resend`).
+pub const FIRST_WITHIN_HEADER: &str = "x-raftlock-first-within-ms";
+/// On a forward that may have been proposed before (an earlier attempt's answer was lost, or
+/// its leader changed): the leader proposes it as [`raftlock_core::Op::Resent`], so an attempt
+/// whose id the state forgot is refused rather than applied twice.
+pub const RESENT_HEADER: &str = "x-raftlock-resent";
 /// Node-to-node authentication and identity, defined with the Raft network.
 pub use raftlock_raft::{CLUSTER_ID_HEADER, CLUSTER_SECRET_HEADER, SOURCE_HEADER};
 

@@ -187,6 +187,8 @@ impl ApiError {
             (CoreError::OutcomeUnknown, _) => {
                 let mut e = ApiError::unavailable(dialect, message);
                 e.settled = true;
+                // Not an invitation to retry (a retry may apply the write twice).
+                e.retry_after = None;
                 e
             }
             (CoreError::ResourceExhausted(_), _) => {

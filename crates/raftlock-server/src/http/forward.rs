@@ -21,14 +21,15 @@ use tokio::time::Instant;
 use super::auth;
 use super::body;
 use super::errors::{ApiError, Dialect, NotProposed, Settled};
-use super::idempotency::{ClientRequestId, FirstSent};
+use super::idempotency::ClientRequestId;
+use super::resend::FirstSent;
 use super::wait::WaitContext;
 use crate::group::Group;
 use crate::node::{Node, SharedNode};
 
 use crate::headers::{
-    FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER,
-    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
+    FIRST_AFTER_HEADER, FIRST_WITHIN_HEADER, FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER,
+    NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER, RESENT_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
 };
 use raftlock_api::headers::OUTCOME_UNKNOWN_HEADER;
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
@@ -188,9 +189,9 @@ async fn route(
             };
             // A resend decided here (after a forward that may have been proposed, this node
             // leads; or it came as one): proposed with the bound in this group's time.
-            if let Some(first) = call.resent(proposed_maybe) {
+            if call.is_resend(proposed_maybe) {
                 let mut ids = call.request_id;
-                ids.resent = Some(first);
+                ids.resent_after = Some(call.first_after_here(target));
                 parts.extensions.insert(ids);
             }
             let resp = next
@@ -209,7 +210,7 @@ async fn route(
                     .into_response();
             }
             remote_attempts -= 1;
-            let resent = call.resent(proposed_maybe);
+            let resent = call.is_resend(proposed_maybe);
             match attempt(node, call, target, &addr, resent).await {
                 Ok(resp) => return resp,
                 Err(failed) => {
@@ -251,7 +252,7 @@ async fn attempt(
     call: &Call,
     target: &Route,
     addr: &str,
-    resent: Option<FirstSent>,
+    resent: bool,
 ) -> Result<Response, Unanswered> {
     // A leader that is cut off but alive may hold the call until the deadline; as soon as
     // this node learns of another leader, a repeatable call goes on there.
@@ -323,9 +324,11 @@ struct Call {
     wait: WaitContext,
     /// The one deadline of the whole call.
     deadline: Instant,
-    /// What a resend of this call tells the leader of its first attempt ([`Call::resent`]),
-    /// fixed before any attempt from here.
+    /// What bounds the apply time of the call's first attempt ([`super::resend`]), fixed
+    /// before any attempt from here; sent along on every forward.
     first_sent: FirstSent,
+    /// The call came from a peer as a resend.
+    came_resent: bool,
     /// Safe to send again when an attempt's fate is unknown.
     repeatable: bool,
     /// The call's request id (the client's own, or minted here), sent along on every
@@ -335,44 +338,18 @@ struct Call {
 }
 
 impl Call {
-    /// For an attempt after one that may have been proposed (by this node, `proposed_maybe`,
-    /// or before the call reached it: it came as a resend), what bounds when that first
-    /// attempt can have been applied.
-    fn resent(&self, proposed_maybe: bool) -> Option<FirstSent> {
-        (proposed_maybe || self.request_id.resent.is_some()).then_some(self.first_sent)
+    /// Whether an attempt now is a resend: an earlier one may have been proposed (by this
+    /// node, `proposed_maybe`, or before the call reached it).
+    fn is_resend(&self, proposed_maybe: bool) -> bool {
+        proposed_maybe || self.came_resent
     }
 
-    /// [`Call::first_sent`] for a call that reached this node at `arrived`, bound for
-    /// `target` by `deadline`: read before any attempt goes out from here.
-    fn first_sent(
-        came_as: Option<FirstSent>,
-        target: &Route,
-        arrived: Instant,
-        deadline: Instant,
-    ) -> FirstSent {
-        match (came_as, target) {
-            (Some(FirstSent::After(after)), _) => FirstSent::After(after),
-            // The first attempts went out before this node saw the call, so its own applied
-            // time bounds nothing: the real-time bound is turned into this group's time.
-            (Some(first @ FirstSent::Within { .. }), Route::Hosted(group)) => {
-                FirstSent::After(first.after(group.applied_time()))
-            }
-            // No attempt from here can have been applied before what this replica has
-            // applied now (see `FirstSent::After`).
-            (None, Route::Hosted(group)) => FirstSent::After(group.applied_time()),
-            // Without a replica: an attempt from here reaches the leader before this node's
-            // deadline or not at all, so the leader receives a resend at most that long
-            // after the first attempt (plus what came before this node) went out.
-            (came_as, Route::Remote { .. }) => {
-                let before = match came_as {
-                    Some(FirstSent::Within { within, .. }) => within,
-                    _ => Duration::ZERO,
-                };
-                FirstSent::Within {
-                    within: before + deadline.saturating_duration_since(arrived),
-                    noted: std::time::Instant::now(),
-                }
-            }
+    /// The bound on the first attempt's apply time, in the time of the group `target`
+    /// (hosted here: this node decides the call).
+    fn first_after_here(&self, target: &Route) -> raftlock_core::Nanos {
+        match target {
+            Route::Hosted(group) => self.first_sent.after_in(group.id, group.applied_time()),
+            Route::Remote { .. } => raftlock_core::Nanos::MIN,
         }
     }
 
@@ -396,6 +373,21 @@ impl Call {
         // first.
         let once = request_id.covers(&parts.method, path);
         let deadline = arrived + Duration::from_secs(wait_secs) + node.config.commit_timeout;
+        let (came, came_resent) = match arrived_hops {
+            0 => Default::default(),
+            _ => FirstSent::from_peer(&parts.headers, arrived.into_std()),
+        };
+        let local = match target {
+            Route::Hosted(group) if once => Some((group.id, group.applied_time())),
+            _ => None,
+        };
+        let first_sent = FirstSent::for_call(
+            came,
+            arrived_hops,
+            local,
+            arrived.into_std(),
+            deadline.into_std(),
+        );
         Call {
             method: parts.method.clone(),
             path: parts
@@ -409,7 +401,8 @@ impl Call {
             hops: arrived_hops + 1,
             wait: WaitContext::for_request(parts, wait_secs, arrived_hops, arrived),
             deadline,
-            first_sent: Call::first_sent(request_id.resent, target, arrived, deadline),
+            first_sent,
+            came_resent,
             repeatable: once || repeatable(&parts.method, path),
             request_id,
             dialect,
@@ -465,14 +458,13 @@ struct Failed {
     error: ApiError,
 }
 
-/// Sends `call` to the leader at `addr`; `resent`, when an earlier attempt may have been
-/// proposed: what bounds when that can have been applied ([`RESENT_AFTER_HEADER`], or from
-/// a node without the group [`RESENT_WITHIN_HEADER`]).
+/// Sends `call` to the leader at `addr`; `resent`: an earlier attempt may have been proposed
+/// (see [`super::resend`]).
 async fn send(
     node: &SharedNode,
     call: &Call,
     addr: &str,
-    resent: Option<FirstSent>,
+    resent: bool,
 ) -> Result<Response, Failed> {
     let d = call.dialect;
     let url = node.peer_url(addr, &call.path);
@@ -508,16 +500,10 @@ async fn send(
             uuid::Uuid::from_u128(id).to_string(),
         );
     }
-    match resent {
-        Some(FirstSent::After(after)) => {
-            req = req.header(RESENT_AFTER_HEADER, after.to_string());
+    if call.request_id.covers_any() {
+        for (name, value) in call.first_sent.headers(resent) {
+            req = req.header(name, value);
         }
-        Some(FirstSent::Within { within, .. }) => {
-            // Rounded up: the leader takes it as a bound.
-            let ms = within.as_nanos().div_ceil(1_000_000);
-            req = req.header(RESENT_WITHIN_HEADER, ms.to_string());
-        }
-        None => {}
     }
     req = req.header(HOPS_HEADER, call.hops.to_string());
     let started = Instant::now();
@@ -602,8 +588,9 @@ fn is_internal(name: &str) -> bool {
         || name == NOT_PROPOSED_HEADER
         || name == FORWARDED_REQUEST_ID_HEADER
         || name == NODE_REQUEST_ID_HEADER
-        || name == RESENT_WITHIN_HEADER
-        || name == RESENT_AFTER_HEADER
+        || name == FIRST_AFTER_HEADER
+        || name == FIRST_WITHIN_HEADER
+        || name == RESENT_HEADER
         || name == raftlock_raft::CLUSTER_SECRET_HEADER
         || name == raftlock_raft::SOURCE_HEADER
         || name == raftlock_raft::CLUSTER_ID_HEADER

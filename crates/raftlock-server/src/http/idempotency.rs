@@ -19,7 +19,6 @@
 //! [`FORWARDED_REQUEST_ID_HEADER`].
 
 use std::convert::Infallible;
-use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -32,7 +31,6 @@ use raftlock_core::{request_ids, Nanos, Op};
 use super::errors::{ApiError, Dialect};
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
-    RESENT_AFTER_HEADER, RESENT_WITHIN_HEADER,
 };
 
 /// The request ids of a call: the client's own (a UUID it sent, reused on its retries), and
@@ -44,48 +42,10 @@ pub struct ClientRequestId {
     /// Minted by the node the client called ([`request_ids::node_minted`]); sent along on
     /// every forward, so every attempt of the call proposes under the same id.
     pub minted: Option<u128>,
-    /// On a resend of the call (an earlier attempt may have been proposed): what bounds
-    /// when its first attempt can have been applied. The call is then proposed as
-    /// [`Op::Resent`].
-    pub resent: Option<FirstSent>,
-}
-
-/// What a resend knows of its call's first attempt: the earliest cluster time of the call's
-/// group at which it can have been applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FirstSent {
-    /// At or after this time ([`RESENT_AFTER_HEADER`]): the group's applied time on a node
-    /// hosting it, read before the first attempt went out. Any copy of the call that
-    /// commits is appended after every entry that node had applied, so it is applied at
-    /// that time or later — a bound from the log's order, no clock in it.
-    After(Nanos),
-    /// A node that hosts no replica of the group called it: the first attempt went out at
-    /// most `within` before this node received the resend at `noted` ([`RESENT_WITHIN_HEADER`]).
-    /// The first node on the way that hosts the group turns it into [`FirstSent::After`]
-    /// ([`FirstSent::after`]).
-    Within { within: Duration, noted: Instant },
-}
-
-/// What a bound in real time ([`FirstSent::Within`]) leaves out when it is turned into
-/// cluster time: a stamp may trail its leader's line by `MAX_LAG` (0.5 s), slew may add up
-/// to 0.5 s a term, and a new leader's line starts from its last applied time, which may
-/// lag. Generous: it only widens what counts as "maybe forgotten".
-pub const CLOCK_SLACK: Duration = Duration::from_secs(10);
-
-impl FirstSent {
-    /// As a cluster time of the group, given its locally applied time now (a replica of the
-    /// group is here): cluster time gains no more than real time (`raftlock_core::clock`),
-    /// so a first attempt that went out `within` before, if applied, was applied no earlier
-    /// than that much, and [`CLOCK_SLACK`], before now.
-    pub fn after(self, applied_now: Nanos) -> Nanos {
-        match self {
-            FirstSent::After(after) => after,
-            FirstSent::Within { within, noted } => {
-                let since = nanos(within + noted.elapsed() + CLOCK_SLACK);
-                applied_now.saturating_sub(since)
-            }
-        }
-    }
+    /// When this node decides a resend of the call (an earlier attempt may have been
+    /// proposed): the cluster time its first attempt cannot have been applied before
+    /// (`super::resend`). The call is then proposed as [`Op::Resent`].
+    pub resent_after: Option<Nanos>,
 }
 
 impl ClientRequestId {
@@ -104,19 +64,20 @@ impl ClientRequestId {
             _ => self.minted,
         };
         let op = Box::new(op);
-        match (id, self.resent) {
+        match (id, self.resent_after) {
             (Some(request_id), None) => Op::Once { request_id, op },
-            // The forwarding layer turns a bound in real time into one in cluster time before
-            // the call is decided here (`forward::Call::first_sent`); were one left, the
-            // earliest time there is refuses the resend unless its id is remembered: never a
-            // second apply.
-            (Some(request_id), Some(first)) => Op::Resent {
+            (Some(request_id), Some(after)) => Op::Resent {
                 request_id,
-                after: first.after(Nanos::MIN),
+                after,
                 op,
             },
             (None, _) => *op,
         }
+    }
+
+    /// Whether the call has an id to propose a write under.
+    pub fn covers_any(self) -> bool {
+        self.client.is_some() || self.minted.is_some()
     }
 
     /// Whether a resend of `method path` is answered with the first outcome: a minted id
@@ -184,7 +145,7 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
         ClientRequestId {
             client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
             minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
-            resent: first_sent(headers),
+            resent_after: None,
         }
     } else {
         ClientRequestId {
@@ -192,28 +153,9 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
             // The thread's CSPRNG (seeded from the OS): `Uuid::new_v4` asks the kernel
             // (`getrandom`) each time — a system call for every write.
             minted: mints(method, path).then(|| request_ids::node_minted(rand::random::<u128>())),
-            resent: None,
+            resent_after: None,
         }
     }
-}
-
-/// A peer's resend bound ([`RESENT_AFTER_HEADER`] or [`RESENT_WITHIN_HEADER`]).
-fn first_sent(headers: &HeaderMap) -> Option<FirstSent> {
-    let number = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
-    if let Some(after) = number(RESENT_AFTER_HEADER) {
-        return Some(FirstSent::After(
-            Nanos::try_from(after).unwrap_or(Nanos::MAX),
-        ));
-    }
-    number(RESENT_WITHIN_HEADER).map(|ms| FirstSent::Within {
-        within: Duration::from_millis(ms),
-        noted: Instant::now(),
-    })
-}
-
-/// `d` in the state machine's unit (saturating).
-pub fn nanos(d: Duration) -> Nanos {
-    Nanos::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
 /// Whether a call gets a node-minted id: every write of the lock APIs (reads come as POSTs
@@ -332,7 +274,7 @@ mod tests {
         let both = ClientRequestId {
             client: Some(client),
             minted: Some(minted),
-            resent: None,
+            resent_after: None,
         };
         assert_eq!(under(both.wrap(op())), Some(client));
         assert_eq!(under(both.wrap_if(false, op())), Some(minted));
@@ -342,7 +284,7 @@ mod tests {
         let client_only = ClientRequestId {
             client: Some(client),
             minted: None,
-            resent: None,
+            resent_after: None,
         };
         assert!(!client_only.covers(&Method::POST, "/locks/a/lease"));
         assert!(client_only.covers(&Method::DELETE, "/locks/a"));
@@ -370,42 +312,22 @@ mod tests {
     }
 
     #[test]
-    fn a_peers_resend_is_proposed_as_one_with_how_long_ago_the_call_first_went_out() {
+    fn a_resend_is_proposed_as_one_with_its_bound() {
         let minted = request_ids::node_minted(42);
-        let mut headers = HeaderMap::new();
-        headers.insert(HOPS_HEADER, "1".parse().unwrap());
-        let id = uuid::Uuid::from_u128(minted).to_string();
-        headers.insert(NODE_REQUEST_ID_HEADER, id.parse().unwrap());
         let op = || Op::CreateProject { name: "p".into() };
-        let first = ids_of(&Method::DELETE, "/locks/a", &headers);
-        assert!(matches!(first.wrap(op()), Op::Once { request_id, .. } if request_id == minted));
-
-        headers.insert(RESENT_WITHIN_HEADER, "1500".parse().unwrap());
-        let within = ids_of(&Method::DELETE, "/locks/a", &headers);
-        let Some(first) = within.resent else {
-            panic!("a resend")
+        let mut ids = ClientRequestId {
+            client: None,
+            minted: Some(minted),
+            resent_after: None,
         };
-        // Turned into cluster time where the group's applied time is known: 1.5 s and the
-        // slack before it, and what passed here since.
-        let applied: Nanos = 100_000_000_000;
-        let after = first.after(applied);
-        let slack = nanos(Duration::from_millis(1500) + CLOCK_SLACK);
-        assert!((applied - slack - 100_000_000..=applied - slack).contains(&after));
-
-        headers.insert(RESENT_AFTER_HEADER, "42000".parse().unwrap());
-        let resent = ids_of(&Method::DELETE, "/locks/a", &headers);
-        assert_eq!(resent.resent, Some(FirstSent::After(42_000)));
+        assert!(matches!(ids.wrap(op()), Op::Once { request_id, .. } if request_id == minted));
+        ids.resent_after = Some(42_000);
         let Op::Resent {
             request_id, after, ..
-        } = resent.wrap(op())
+        } = ids.wrap(op())
         else {
             panic!("a resend is proposed as Op::Resent")
         };
         assert_eq!((request_id, after), (minted, 42_000));
-
-        // A client cannot claim a resend: only a peer's forward is read for it.
-        headers.remove(HOPS_HEADER);
-        let from_client = ids_of(&Method::DELETE, "/locks/a", &headers);
-        assert_eq!(from_client.resent, None);
     }
 }

@@ -15,6 +15,8 @@
 //! - [`forward`]: sending a request to the leader within its one deadline.
 //! - [`wait`]: what a blocking acquire keeps across forwards, and its guards.
 //! - [`idempotency`]: request ids on writes (the client's, and the one a node mints).
+//! - [`resend`]: what a resend knows of its call's first attempt (the bound the state machine
+//!   needs to refuse a resend whose id it forgot).
 //! - [`openapi`]: the OpenAPI document (`GET /openapi.json`), built from `raftlock-api`.
 //! - [`errors`]: the two error dialects; [`decide`]: the one propose-and-map helper;
 //!   `answers`: which apply reply each `/v1beta` response is made from;
@@ -32,6 +34,7 @@ pub mod forward;
 pub mod idempotency;
 pub mod locks;
 pub mod openapi;
+pub mod resend;
 pub mod rpc;
 pub mod semaphores;
 pub mod wait;
