@@ -188,10 +188,10 @@ async fn route(
                 return ApiError::unavailable(call.dialect, "the leader changed").into_response();
             };
             // A resend decided here (after a forward that may have been proposed, this node
-            // leads; or it came as one): proposed with the bound in this group's time.
+            // leads; or it came as one): proposed as one, with the bounds it has.
             if call.is_resend(proposed_maybe) {
                 let mut ids = call.request_id;
-                ids.resent_after = Some(call.first_after_here(target));
+                ids.resent = Some(call.first_sent);
                 parts.extensions.insert(ids);
             }
             let resp = next
@@ -342,15 +342,6 @@ impl Call {
     /// node, `proposed_maybe`, or before the call reached it).
     fn is_resend(&self, proposed_maybe: bool) -> bool {
         proposed_maybe || self.came_resent
-    }
-
-    /// The bound on the first attempt's apply time, in the time of the group `target`
-    /// (hosted here: this node decides the call).
-    fn first_after_here(&self, target: &Route) -> raftlock_core::Nanos {
-        match target {
-            Route::Hosted(group) => self.first_sent.after_in(group.id, group.applied_time()),
-            Route::Remote { .. } => raftlock_core::Nanos::MIN,
-        }
     }
 
     /// A blocking acquire (it may wait far longer than a commit).

@@ -28,6 +28,9 @@ use axum::response::{IntoResponse, Response};
 use raftlock_api::methods::{self, effect_of, Effect};
 use raftlock_core::{request_ids, Nanos, Op};
 
+use super::resend::FirstSent;
+use crate::group::Group;
+
 use super::errors::{ApiError, Dialect};
 use crate::headers::{
     FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER, NODE_REQUEST_ID_HEADER, REQUEST_ID_HEADER,
@@ -43,9 +46,10 @@ pub struct ClientRequestId {
     /// every forward, so every attempt of the call proposes under the same id.
     pub minted: Option<u128>,
     /// When this node decides a resend of the call (an earlier attempt may have been
-    /// proposed): the cluster time its first attempt cannot have been applied before
-    /// (`super::resend`). The call is then proposed as [`Op::Resent`].
-    pub resent_after: Option<Nanos>,
+    /// proposed): what bounds its first attempt's apply time (`super::resend`). The call is
+    /// then proposed as [`Op::Resent`], its bound resolved in the time of the group that
+    /// decides it ([`ClientRequestId::bound_in`]).
+    pub resent: Option<FirstSent>,
 }
 
 impl ClientRequestId {
@@ -64,15 +68,27 @@ impl ClientRequestId {
             _ => self.minted,
         };
         let op = Box::new(op);
-        match (id, self.resent_after) {
+        match (id, self.resent) {
             (Some(request_id), None) => Op::Once { request_id, op },
-            (Some(request_id), Some(after)) => Op::Resent {
+            // The earliest time there is until [`ClientRequestId::bound_in`] resolves it: a
+            // resend proposed unresolved is refused unless its id is remembered.
+            (Some(request_id), Some(_)) => Op::Resent {
                 request_id,
-                after,
+                after: Nanos::MIN,
                 op,
             },
             (None, _) => *op,
         }
+    }
+
+    /// `op` (as [`ClientRequestId::wrap`] made it) to be decided by `group`: a resend's bound
+    /// in that group's time — a bound of another group (routing chose another one before
+    /// the handler did) is never taken for it.
+    pub fn bound_in(self, group: &Group, mut op: Op) -> Op {
+        if let (Op::Resent { after, .. }, Some(first)) = (&mut op, self.resent) {
+            *after = first.after_in(group.id, group.applied_time());
+        }
+        op
     }
 
     /// Whether the call has an id to propose a write under.
@@ -145,7 +161,7 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
         ClientRequestId {
             client: uuid_of(FORWARDED_REQUEST_ID_HEADER),
             minted: uuid_of(NODE_REQUEST_ID_HEADER).filter(|id| request_ids::is_node_minted(*id)),
-            resent_after: None,
+            resent: None,
         }
     } else {
         ClientRequestId {
@@ -153,7 +169,7 @@ fn ids_of(method: &Method, path: &str, headers: &HeaderMap) -> ClientRequestId {
             // The thread's CSPRNG (seeded from the OS): `Uuid::new_v4` asks the kernel
             // (`getrandom`) each time — a system call for every write.
             minted: mints(method, path).then(|| request_ids::node_minted(rand::random::<u128>())),
-            resent_after: None,
+            resent: None,
         }
     }
 }
@@ -274,7 +290,7 @@ mod tests {
         let both = ClientRequestId {
             client: Some(client),
             minted: Some(minted),
-            resent_after: None,
+            resent: None,
         };
         assert_eq!(under(both.wrap(op())), Some(client));
         assert_eq!(under(both.wrap_if(false, op())), Some(minted));
@@ -284,7 +300,7 @@ mod tests {
         let client_only = ClientRequestId {
             client: Some(client),
             minted: None,
-            resent_after: None,
+            resent: None,
         };
         assert!(!client_only.covers(&Method::POST, "/locks/a/lease"));
         assert!(client_only.covers(&Method::DELETE, "/locks/a"));
@@ -312,22 +328,23 @@ mod tests {
     }
 
     #[test]
-    fn a_resend_is_proposed_as_one_with_its_bound() {
+    fn a_resend_is_proposed_as_one_and_bound_only_by_its_own_groups_time() {
         let minted = request_ids::node_minted(42);
         let op = || Op::CreateProject { name: "p".into() };
         let mut ids = ClientRequestId {
             client: None,
             minted: Some(minted),
-            resent_after: None,
+            resent: None,
         };
         assert!(matches!(ids.wrap(op()), Op::Once { request_id, .. } if request_id == minted));
-        ids.resent_after = Some(42_000);
-        let Op::Resent {
-            request_id, after, ..
-        } = ids.wrap(op())
-        else {
-            panic!("a resend is proposed as Op::Resent")
-        };
-        assert_eq!((request_id, after), (minted, 42_000));
+        ids.resent = Some(FirstSent {
+            after: Some((0, 42_000)),
+            ..FirstSent::default()
+        });
+        let unresolved = ids.wrap(op());
+        assert!(
+            matches!(unresolved, Op::Resent { request_id, after: Nanos::MIN, .. } if request_id == minted),
+            "{unresolved:?}"
+        );
     }
 }

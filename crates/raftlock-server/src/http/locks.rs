@@ -138,9 +138,10 @@ impl FromRequestParts<SharedNode> for KeyCall {
     }
 }
 
-async fn decide(node: &SharedNode, op: Op) -> Result<Reply, ApiError> {
+/// Decides `op`, a write wrapped under `ids`, in its project's group.
+async fn decide(node: &SharedNode, ids: ClientRequestId, op: Op) -> Result<Reply, ApiError> {
     let group = super::decide::group_for(node, op.project().unwrap_or_default(), D)?;
-    super::decide::decide(&group, op, D).await
+    super::decide::decide(&group, ids.bound_in(&group, op), D).await
 }
 
 fn lease_body(reply: Reply) -> Result<Response, ApiError> {
@@ -188,7 +189,7 @@ async fn lease_call(
         key,
         action,
     };
-    let reply = decide(&node, id.wrap_if(false, op)).await?;
+    let reply = decide(&node, id, id.wrap_if(false, op)).await?;
     lease_body(reply)
 }
 
@@ -200,6 +201,7 @@ async fn release(
     let token = lock_token(&headers)?;
     decide(
         &node,
+        id,
         id.wrap(Op::ProjectLock {
             project,
             key,
@@ -216,6 +218,7 @@ async fn force_release(
 ) -> Result<StatusCode, ApiError> {
     decide(
         &node,
+        id,
         id.wrap(Op::ProjectLock {
             project,
             key,

@@ -66,10 +66,15 @@ impl FirstSent {
             0 => local.filter(|(_, applied)| *applied > 0),
             _ => came.after,
         };
-        let before = came.within.map_or(Duration::ZERO, |(within, _)| within);
+        // From the client: the first attempt leaves after this arrival. From a peer: what it
+        // said, or nothing when it said nothing usable (never taken as zero).
+        let within = match hops {
+            0 => Some((Duration::ZERO, arrived)),
+            _ => came.within.map(|(within, _)| (within, arrived)),
+        };
         FirstSent {
             after,
-            within: Some((before, arrived)),
+            within,
             budget: deadline.saturating_duration_since(arrived),
         }
     }
@@ -214,6 +219,12 @@ mod tests {
         let (first, resent) = FirstSent::from_peer(&headers, Instant::now());
         assert_eq!(first, FirstSent::default());
         assert!(!resent);
+        // Passed on by a peer, an absent bound stays absent: a resend is then refused
+        // unless its id is remembered, never judged by a bound of zero.
+        let now = Instant::now();
+        let at_peer = FirstSent::for_call(first, 1, Some((1, 90 * SECOND)), now, now);
+        assert_eq!(at_peer.after_in(1, 90 * SECOND), Nanos::MIN);
+        assert!(round_trip(at_peer, true).0.within.is_none());
         // A negative time of a group is a time (a state before any stamp would be 0).
         headers.insert(FIRST_AFTER_HEADER, "1:-5".parse().unwrap());
         let (first, _) = FirstSent::from_peer(&headers, Instant::now());

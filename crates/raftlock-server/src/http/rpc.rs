@@ -191,6 +191,7 @@ impl Call {
         op.validate().map_err(core)?;
         let op =
             super::idempotency::wrap_hier(self.request_id, self.method, self.project.clone(), op);
+        let op = self.request_id.bound_in(&self.group, op);
         super::decide::decide(&self.group, op, D).await
     }
 
