@@ -93,6 +93,10 @@ pub struct NodeClock {
     /// entry committed since that carries no stamp of its own — a new leader's blank entry, a
     /// membership change — leaves the machine's time here, and that time is not fresh.
     replayed_time: AtomicI64,
+    /// The latest applied cluster time this node has seen (0 before any): the machine's time
+    /// or a little behind it, read without the state's lock on every write a node forwards
+    /// (`http::resend`), where a lower value is the safe direction.
+    applied_seen: AtomicI64,
     /// Largest tolerated |wall − cluster time| before the node stops campaigning.
     max_offset: Nanos,
     /// When this node last saw an entry applied (or started): no progress for a while means
@@ -127,6 +131,7 @@ impl NodeClock {
             origin: Instant::now(),
             start_index: AtomicU64::new(start_log_index),
             replayed_time: AtomicI64::new(0),
+            applied_seen: AtomicI64::new(0),
             max_offset: max_offset.as_nanos() as Nanos,
             last_progress: Mutex::new(Instant::now()),
             stall: UNFIT_GRACE.max(2 * tick),
@@ -167,6 +172,12 @@ impl NodeClock {
         self.rule.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The latest applied cluster time seen ([`NodeClock::observe_applied`]; 0 before any):
+    /// never ahead of the state machine's time.
+    pub fn applied_seen(&self) -> Nanos {
+        self.applied_seen.load(Ordering::Relaxed)
+    }
+
     /// Records the cluster time of the state machine after applying entry `index`. It is a
     /// live view only when a leader stamped it while this process ran: the entry is above
     /// what the node started with, and the time is past every time replayed from disk (an
@@ -175,6 +186,7 @@ impl NodeClock {
     /// line on it put the cluster behind real time by the downtime or the backup's age).
     pub fn observe_applied(&self, time: Nanos, index: u64) {
         *self.last_progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.applied_seen.fetch_max(time, Ordering::Relaxed);
         let mono = self.mono();
         let live = if index > self.start_index.load(Ordering::Relaxed) {
             time > self.replayed_time.load(Ordering::Relaxed)
@@ -192,6 +204,7 @@ impl NodeClock {
     /// the cluster ran behind real time by the backup's age (`clock_offset_ms` 20,074 after
     /// a restore 20 s after the save, a 30 s lease promised 9 s ahead).
     fn started_at(&self, index: u64, time: Nanos) {
+        self.applied_seen.fetch_max(time, Ordering::Relaxed);
         self.start_index.fetch_max(index, Ordering::Relaxed);
         self.replayed_time.fetch_max(time, Ordering::Relaxed);
     }
@@ -341,6 +354,17 @@ mod tests {
         )
         .unwrap();
         (clock, dir)
+    }
+
+    #[test]
+    fn the_applied_time_seen_only_rises_and_starts_from_what_was_loaded() {
+        let (clock, _dir) = clock(0);
+        assert_eq!(clock.applied_seen(), 0);
+        clock.started_at(10, 5 * S);
+        assert_eq!(clock.applied_seen(), 5 * S);
+        clock.observe_applied(7 * S, 11);
+        clock.observe_applied(6 * S, 12); // an observation that arrives late
+        assert_eq!(clock.applied_seen(), 7 * S);
     }
 
     /// A restored data directory: a snapshot at index 42 and no log (the log ends at 0). The

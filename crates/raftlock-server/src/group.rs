@@ -240,10 +240,11 @@ impl Group {
         self.state.read().expect("state lock poisoned").clone()
     }
 
-    /// The cluster time this replica has applied up to: no entry appended from now on is
-    /// applied at an earlier time (see `http::idempotency::FirstSent`).
+    /// The cluster time this replica has applied up to, or a little less (what its clock
+    /// last saw, read without the state's lock): no entry appended from now on is applied at
+    /// an earlier time (see `http::resend`).
     pub fn applied_time(&self) -> Nanos {
-        crate::clock::applied_time(&self.state)
+        self.clock.applied_seen()
     }
 
     /// Reads the locally applied state without any leadership check (auth lookups on the
