@@ -394,8 +394,9 @@ impl Client {
                 endpoint: endpoint.to_string(),
             });
         }
-        let e = Error::Api(api_error(endpoint, status, &headers, &body));
-        Err(failure_of(status, &headers, e))
+        Err(failure_of(Error::Api(api_error(
+            endpoint, status, &headers, &body,
+        ))))
     }
 
     /// A plain GET on one endpoint, without credential handling of the body: status and text.
@@ -464,11 +465,10 @@ fn api_error(endpoint: &str, status: StatusCode, headers: &HeaderMap, body: &[u8
 }
 
 /// How an error answer counts for failover: a `503` is uncertain (the call may go on), except
-/// one the cluster marks as beyond its knowing ([`OUTCOME_UNKNOWN_HEADER`]): a retry under
+/// one the cluster marks as beyond its knowing ([`Error::is_outcome_unknown`]): a retry under
 /// the same request id could apply the write twice, so the caller gets it now.
-fn failure_of(status: StatusCode, headers: &HeaderMap, e: Error) -> Failure {
-    let unknowable = headers.contains_key(OUTCOME_UNKNOWN_HEADER);
-    if status == StatusCode::SERVICE_UNAVAILABLE && !unknowable {
+fn failure_of(e: Error) -> Failure {
+    if e.is_unavailable() {
         Failure::Uncertain(e)
     } else {
         Failure::Final(e)
@@ -481,18 +481,19 @@ mod tests {
 
     #[test]
     fn a_503_whose_outcome_the_cluster_cannot_tell_is_final() {
-        let e = || Error::Config("x".into());
-        let plain = failure_of(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new(), e());
+        let answer = |status, headers: &HeaderMap| {
+            failure_of(Error::Api(api_error("e", status, headers, b"{}")))
+        };
+        let plain = answer(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new());
         assert!(matches!(plain, Failure::Uncertain(_)));
         let mut h = HeaderMap::new();
         h.insert(OUTCOME_UNKNOWN_HEADER, HeaderValue::from_static("true"));
-        let unknown = failure_of(StatusCode::SERVICE_UNAVAILABLE, &h, e());
-        assert!(matches!(unknown, Failure::Final(_)));
-        let refused = failure_of(StatusCode::CONFLICT, &HeaderMap::new(), e());
+        let unknown = answer(StatusCode::SERVICE_UNAVAILABLE, &h);
+        assert!(
+            matches!(&unknown, Failure::Final(e) if e.is_outcome_unknown() && !e.is_unavailable())
+        );
+        let refused = answer(StatusCode::CONFLICT, &HeaderMap::new());
         assert!(matches!(refused, Failure::Final(_)));
-        let decoded = api_error("e", StatusCode::SERVICE_UNAVAILABLE, &h, b"{}");
-        let as_error = Error::Api(decoded);
-        assert!(as_error.is_outcome_unknown() && !as_error.is_unavailable());
     }
 
     #[test]
