@@ -50,7 +50,7 @@ pub struct ApiError {
     /// The request was never proposed, so the forwarding layer may send it to a new leader
     /// (see [`NotProposed`]).
     pub not_proposed: bool,
-    /// A 503 that sending the call again cannot change (see [`Settled`]).
+    /// A 503 that sending the call again cannot change (see [`is_settled`]).
     pub settled: bool,
     /// Answer with `Connection: close` (see [`ApiError::closing`]).
     pub close: bool,
@@ -62,13 +62,16 @@ pub struct ApiError {
 #[derive(Debug, Clone, Copy)]
 pub struct NotProposed;
 
-/// Response extension on a 503 that is final: the state machine refused a resend whose first
-/// attempt may have been applied ([`CoreError::OutcomeUnknown`]). The answer is the one a
-/// client is owed (its write's fate is unknown) and a further resend could at best find the
-/// first attempt committed late, so [`super::forward`] relays it at once instead of resending
-/// until the deadline.
-#[derive(Debug, Clone, Copy)]
-pub struct Settled;
+/// Whether `resp` is a final 503: the state machine refused a resend whose first attempt may
+/// have been applied ([`CoreError::OutcomeUnknown`]), and the answer says so in
+/// `x-raftlock-outcome-unknown` — to the client, and to a forwarding peer, which relays it. The
+/// answer is the one a client is owed (its write's fate is unknown) and a further resend could
+/// at best find the first attempt committed late, so [`super::forward`] relays it at once
+/// instead of resending until the deadline.
+pub fn is_settled(resp: &Response) -> bool {
+    resp.headers()
+        .contains_key(raftlock_api::headers::OUTCOME_UNKNOWN_HEADER)
+}
 
 impl ApiError {
     pub fn new(dialect: Dialect, status: StatusCode, message: impl Into<String>) -> Self {
@@ -233,9 +236,8 @@ impl IntoResponse for ApiError {
             resp.extensions_mut().insert(NotProposed);
         }
         if self.settled {
-            resp.extensions_mut().insert(Settled);
             // For the client (the Rust SDK does not retry it) and for a forwarding peer (it
-            // relays the answer rather than resend).
+            // relays the answer rather than resend): see [`is_settled`].
             resp.headers_mut().insert(
                 raftlock_api::headers::OUTCOME_UNKNOWN_HEADER,
                 HeaderValue::from_static("true"),

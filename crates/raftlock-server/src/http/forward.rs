@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::auth;
 use super::body;
-use super::errors::{ApiError, Dialect, NotProposed, Settled};
+use super::errors::{is_settled, ApiError, Dialect, NotProposed};
 use super::idempotency::ClientRequestId;
 use super::resend::FirstSent;
 use super::wait::WaitContext;
@@ -31,7 +31,6 @@ use crate::headers::{
     FIRST_AFTER_HEADER, FIRST_WITHIN_HEADER, FORWARDED_REQUEST_ID_HEADER, HOPS_HEADER,
     NODE_REQUEST_ID_HEADER, NOT_PROPOSED_HEADER, RESENT_HEADER, WAITER_ID_HEADER, WAIT_LEFT_HEADER,
 };
-use raftlock_api::headers::OUTCOME_UNKNOWN_HEADER;
 /// A request is forwarded at most this many times (a leader change mid-flight may need two).
 const MAX_HOPS: u32 = 2;
 /// After a failed attempt, how long to wait for news of a leader before trying again.
@@ -199,10 +198,9 @@ async fn route(
                 .await;
             let not_proposed = resp.extensions().get::<NotProposed>().is_some();
             proposed_maybe |= !not_proposed;
-            let settled = resp.extensions().get::<Settled>().is_some();
             let unanswered = resp.status() == StatusCode::SERVICE_UNAVAILABLE
                 && (call.repeatable || not_proposed)
-                && !settled;
+                && !is_settled(&resp);
             (resp, unanswered && call.hops <= MAX_HOPS)
         } else {
             if call.hops > MAX_HOPS || remote_attempts == 0 {
@@ -270,10 +268,7 @@ async fn attempt(
         }
     };
     match result {
-        Ok(resp)
-            if resp.status() != StatusCode::SERVICE_UNAVAILABLE
-                || resp.extensions().get::<Settled>().is_some() =>
-        {
+        Ok(resp) if resp.status() != StatusCode::SERVICE_UNAVAILABLE || is_settled(&resp) => {
             Ok(resp)
         }
         // The leader's own 503 (it lost leadership, or could not commit in time): the write
@@ -542,12 +537,8 @@ async fn send(
             error: ApiError::unavailable(d, format!("leader link answered {status}")),
         });
     }
-    let settled = headers.contains_key(OUTCOME_UNKNOWN_HEADER);
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
-    if settled {
-        reply.extensions_mut().insert(Settled);
-    }
     for (name, value) in headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
         reply.headers_mut().append(name.clone(), value.clone());
     }
