@@ -364,7 +364,10 @@ impl Call {
             _ => FirstSent::from_peer(&parts.headers, arrived.into_std()),
         };
         let local = match target {
-            Route::Hosted(group) if once => Some((group.id, group.applied_time())),
+            // The bounds travel with every call that has an id (`send`).
+            Route::Hosted(group) if request_id.covers_any() => {
+                Some((group.id, group.applied_time()))
+            }
             _ => None,
         };
         let first_sent = FirstSent::for_call(
