@@ -144,6 +144,44 @@ async fn a_release_retried_with_its_request_id_answers_as_it_did() -> anyhow::Re
     Ok(())
 }
 
+/// Answers the leader gave the follower that the proxy has thrown away so far.
+fn answers_lost(s: &Setup) -> u64 {
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy
+        .stats()
+        .answers_lost
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Starts `call` with every answer the leader gives the follower lost (until the proxy heals);
+/// returns its task once the first answer was lost.
+async fn started_with_answers_lost<C, CF>(
+    s: &Setup,
+    call: C,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Answer>>>
+where
+    C: FnOnce() -> CF,
+    CF: std::future::Future<Output = anyhow::Result<Answer>> + Send + 'static,
+{
+    let proxy = s.cluster.proxy().expect("behind a proxy");
+    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
+    let before = answers_lost(s);
+    let pending = tokio::spawn(call());
+    raftlock_tests::eventually(Duration::from_secs(5), "a lost answer", || async {
+        (answers_lost(s) > before).then_some(())
+    })
+    .await?;
+    Ok(pending)
+}
+
+/// That B (`token`) still holds `key`: the read says held and B's renewal succeeds.
+async fn still_held_by(at_leader: &Locks, key: &str, token: &str, why: &str) -> anyhow::Result<()> {
+    let read = at_leader.read(key).await?;
+    assert_eq!(read.body["held"], true, "{why}: {read:?}");
+    assert_eq!(at_leader.renew(key, token, 60).await?.status, 200, "{why}");
+    Ok(())
+}
+
 /// Runs `call` (through the follower, no request id of the client's) while every answer the
 /// leader gives the follower is lost, so the follower keeps resending it until its deadline.
 /// As soon as the first answer is lost, `meanwhile` runs at the leader. Returns the call's
@@ -155,16 +193,9 @@ where
     M: FnOnce() -> MF,
     MF: std::future::Future<Output = anyhow::Result<()>>,
 {
-    use std::sync::atomic::Ordering::Relaxed;
     let proxy = s.cluster.proxy().expect("behind a proxy");
-    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
-    let lost = || proxy.stats().answers_lost.load(Relaxed);
-    let before = lost();
-    let pending = tokio::spawn(call());
-    raftlock_tests::eventually(Duration::from_secs(5), "a lost answer", || async {
-        (lost() > before).then_some(())
-    })
-    .await?;
+    let lost = || answers_lost(s);
+    let pending = started_with_answers_lost(s, call).await?;
     meanwhile().await?;
     let after_meanwhile = lost();
     let answer = pending.await??;
@@ -197,13 +228,13 @@ async fn a_force_release_resent_by_the_follower_does_not_release_the_next_holder
     .await?;
     assert_eq!(answer.status, 503, "every answer was lost: {answer:?}");
     // The resends were answered with the first outcome, not applied again: B still holds.
-    let read = at_leader.read("job").await?;
-    assert_eq!(
-        read.body["held"], true,
-        "a resent force release freed B's lock: {read:?}"
-    );
-    assert_eq!(at_leader.renew("job", &b, 60).await?.status, 200);
-    Ok(())
+    still_held_by(
+        &at_leader,
+        "job",
+        &b,
+        "a resent force release freed B's lock",
+    )
+    .await
 }
 
 #[tokio::test]
@@ -237,7 +268,7 @@ async fn an_acquire_resent_by_the_follower_does_not_take_a_freed_lock_again() ->
 /// The force-release case in a busy project: between the first apply and a resend the project
 /// writes more than its table of node-minted ids holds (10,000), so the first attempt's id is
 /// forgotten by the time a resend arrives. The follower says its resends are resends
-/// (`x-raftlock-resent-within-ms`), and the leader's state machine refuses such a one rather
+/// (`x-raftlock-resent`), and the leader's state machine refuses such a one rather
 /// than apply it again: B keeps the lock, and the call ends with that final 503. (Before
 /// resends said so, the resend found no id and released B's lock.) The commit timeout is long
 /// so the follower resends throughout the flood, however slow the build.
@@ -246,22 +277,16 @@ async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_
 ) -> anyhow::Result<()> {
     use futures::StreamExt;
     use raftlock_core::request_ids::MAX_PER_PROJECT;
-    use std::sync::atomic::Ordering::Relaxed;
     let s = setup_with(&["--commit-timeout-ms", "60000"]).await?;
     s.cluster.lift_rate_limit("acme").await?;
     let at_leader = s.api.on(&s.cluster, s.leader);
     let (a, b) = (token(), token());
     assert_eq!(at_leader.acquire("job", &a, 120).await?.status, 200);
 
-    let proxy = s.cluster.proxy().expect("behind a proxy");
-    proxy.set(s.follower, s.leader, Rule::LoseAnswer);
-    let lost = || proxy.stats().answers_lost.load(Relaxed);
     let api = s.api.clone();
-    let pending = tokio::spawn(async move { api.force_release("job").await });
-    raftlock_tests::eventually(Duration::from_secs(5), "a lost answer", || async {
-        (lost() > 0).then_some(())
-    })
-    .await?;
+    let pending =
+        started_with_answers_lost(&s, move || async move { api.force_release("job").await })
+            .await?;
     // The first force release took effect: the next holder takes the key.
     let took = at_leader.acquire("job", &b, 120).await?;
     assert_eq!(took.status, 200, "{took:?}");
@@ -275,7 +300,7 @@ async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_
         let r = r?;
         assert_eq!(r.status, 200, "B lost the lock: a resend freed it: {r:?}");
     }
-    proxy.heal();
+    s.cluster.proxy().expect("behind a proxy").heal();
     let answer = tokio::time::timeout(Duration::from_secs(30), pending).await???;
     assert_eq!(answer.status, 503, "{answer:?}");
     assert!(
@@ -292,11 +317,11 @@ async fn a_force_release_resent_after_its_id_was_forgotten_does_not_release_the_
         .map(|v| v.as_bytes());
     assert_eq!(marked, Some(&b"true"[..]), "{answer:?}");
     assert!(answer.headers.get("retry-after").is_none(), "{answer:?}");
-    let read = at_leader.read("job").await?;
-    assert_eq!(
-        read.body["held"], true,
-        "a resend whose id was forgotten freed B's lock: {read:?}"
-    );
-    assert_eq!(at_leader.renew("job", &b, 60).await?.status, 200);
-    Ok(())
+    still_held_by(
+        &at_leader,
+        "job",
+        &b,
+        "a resend whose id was forgotten freed B's lock",
+    )
+    .await
 }
